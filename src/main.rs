@@ -84,14 +84,24 @@ fn check_env() -> Result<(), String> {
 /// Standard input as text, refused past `cap` bytes (a pipe from /dev/zero would never end),
 /// the refusal giving `remedy`.
 fn read_stdin_capped(what: &str, cap: u64, remedy: &str) -> Result<String> {
-    use std::io::Read;
+    use std::io::{IsTerminal, Read};
+    // (On a terminal it waited for the end of input without a word, as if it hung.)
+    if std::io::stdin().is_terminal() {
+        eprintln!("{what}: reading standard input: type the text, then Ctrl-D on a line of its own to end it");
+    }
     let mut bytes = Vec::new();
-    std::io::stdin()
-        .take(cap + 1)
-        .read_to_end(&mut bytes)
-        .with_context(|| format!("{what}: reading standard input"))?;
+    std::io::stdin().take(cap + 1).read_to_end(&mut bytes).map_err(|e| match e.kind() {
+        // (`< DIR`: it was "Is a directory (os error 21)" alone.)
+        std::io::ErrorKind::IsADirectory => anyhow::anyhow!(
+            "{what}: standard input is a folder, not text: redirect a file (`< FILE`) or pipe the text in"
+        ),
+        _ => anyhow::Error::new(e).context(format!("{what}: reading standard input")),
+    })?;
     if bytes.len() as u64 > cap {
         anyhow::bail!("{what}: standard input gave more than {} MiB; {remedy}", cap >> 20);
+    }
+    if ddl::train::data::is_utf16(&bytes) {
+        anyhow::bail!("{what}: standard input: {}, e.g. `iconv -f UTF-16 -t UTF-8 FILE | …`", ddl::train::data::UTF16);
     }
     let text = String::from_utf8(bytes).map_err(|e| {
         anyhow::anyhow!(
@@ -547,6 +557,15 @@ pub(crate) fn generate_cmd(
             "note: the {} variant has residual additions, not delta writes: the trace holds the tokens only (no β, \
              k or v)",
             model.cfg.variant
+        );
+    }
+    // (`--stop` reads `\n` as a newline, `--prompt` takes its text as typed: a prompt of two
+    // lines typed so was read as one, a backslash and an n in it, without a word.)
+    if !from_stdin && prompt.contains("\\n") && !prompt.contains('\n') {
+        eprintln!(
+            "note: --prompt holds `\\n` as a backslash and an n, not a newline (a prompt is taken as typed, unlike \
+             --stop's text): type the newline itself, e.g. in bash --prompt $'ROMEO:\\nJULIET:', or give the prompt \
+             on standard input (--prompt - < FILE)"
         );
     }
     let ids = tok.encode(&prompt).map_err(|e| {

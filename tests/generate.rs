@@ -1,6 +1,7 @@
 //! `ddl generate` and `ddl chat` through the real CLI: what `--json` says matches what is printed,
 //! stop texts match only text the model wrote, a chat's seeds follow `/set seed`, and bad input
-//! (escapes, counts, a folder that is not a run's, too much standard input) is a clear error, and
+//! (escapes, counts, a folder that is not a run's, too much standard input, a folder as standard
+//! input, characters no one sees) is a clear error, a chat command after spaces is a command, and
 //! Ctrl-C stops a chat's reply, not the chat.
 
 use std::path::{Path, PathBuf};
@@ -371,4 +372,156 @@ fn ctrl_c_during_a_chat_reply_stops_the_reply_and_the_chat_goes_on() {
             assert_eq!(turn_seeds(&trace), [0], "{err}");
         }
     }
+}
+
+/// A chat command after spaces or a tab (a paste's indent) is a command, in any case: `  /quit`
+/// was sent to the model as a line (a char model refused its '/'), the chat going on.
+#[test]
+fn a_chat_command_after_spaces_or_a_tab_is_a_command() {
+    let dir = ddl::testing::scratch_dir("generate-chat-indented");
+    let run = char_run(&dir);
+    let trace = dir.join("chat.safetensors");
+    let tr = trace.to_str().unwrap();
+    let (_, err) = chat(&dir, &run, &["--max-tokens", "3", "--trace", tr], "A\n  /SETTINGS \n\t/quit\nB\n");
+    assert_eq!(turn_seeds(&trace), [0], "{err}");
+    assert!(err.contains("next reply's seed 1") && !err.contains("not in the tokenizer's vocabulary"), "{err}");
+}
+
+/// A setting named in capitals is that setting in everything it does: `/set SEED 5` made the next
+/// reply's seed 5 plus the turns before it (the seed's rule compared the name as typed), and
+/// `/set STOP X` said "(STOP = X)", not the stop texts now in force.
+#[test]
+fn a_setting_named_in_capitals_is_that_setting() {
+    let dir = ddl::testing::scratch_dir("generate-chat-capitals");
+    let run = char_run(&dir);
+    let trace = dir.join("chat.safetensors");
+    let tr = trace.to_str().unwrap();
+    let (_, err) = chat(&dir, &run, &["--max-tokens", "3", "--trace", tr], "A\nB\n/set SEED 5\nC\n/Set Stop NONE\n");
+    assert_eq!(turn_seeds(&trace), [0, 1, 5], "{err}");
+    assert!(err.contains("(seed = 5: the next reply's seed"), "{err}");
+    assert!(err.contains("(stop texts: [\"NONE\"], and a blank line)"), "{err}");
+}
+
+/// `--prompt 'A\nB'` is said to hold a backslash and an n, not a newline, as `--stop '\n'` would
+/// read it (the prompt was read as typed without a word; a char model then refused the `\`).
+#[test]
+fn a_prompt_with_a_typed_backslash_n_is_said_to_hold_no_newline() {
+    let dir = ddl::testing::scratch_dir("generate-backslash-n");
+    let run = char_run(&dir);
+    let r = run.to_str().unwrap();
+    let said = "note: --prompt holds `\\n` as a backslash and an n, not a newline";
+    fails(&dir, &["generate", "--checkpoint", r, "--prompt", "A\\nB"], &[said, "--prompt $'ROMEO:\\nJULIET:'"]);
+    let o = ok(&dir, &["generate", "--checkpoint", r, "--prompt", "A\nB", "--max-tokens", "2"]);
+    assert!(!text(&o).contains(said), "{}", text(&o));
+}
+
+/// A folder as standard input (`< DIR`) is said with what to give (it was the system's "Is a
+/// directory (os error 21)" alone), and `--prompt -` or `--text -` on a terminal says it waits
+/// for the text and how to end it (it waited without a word, as if it hung).
+#[test]
+fn standard_input_that_is_a_folder_or_a_terminal_is_said() {
+    let dir = ddl::testing::scratch_dir("generate-stdin-kinds");
+    let run = char_run(&dir);
+    let r = run.to_str().unwrap();
+    let mut wrong = Vec::new();
+    for (args, want) in [
+        (vec!["generate", "--checkpoint", r, "--prompt", "-"], "--prompt -: standard input is a folder, not text"),
+        (vec!["chat", "--checkpoint", r], "standard input is a folder, not lines of text"),
+    ] {
+        let o = ddl(&dir).args(&args).stdin(std::fs::File::open(&dir).unwrap()).output().unwrap();
+        let t = text(&o);
+        if o.status.code() != Some(1) || !t.contains(want) || !t.contains("redirect a file (`< FILE`)") {
+            wrong.push(t);
+        }
+    }
+    #[cfg(unix)]
+    {
+        use std::io::{BufRead, Write};
+        use std::os::fd::FromRawFd;
+        use std::ptr::{null, null_mut};
+        let (mut master, mut slave) = (0, 0);
+        // SAFETY: openpty writes two new file descriptors, each then owned by one File.
+        assert_eq!(unsafe { libc::openpty(&mut master, &mut slave, null_mut(), null(), null()) }, 0);
+        let (mut master, slave) = unsafe { (std::fs::File::from_raw_fd(master), std::fs::File::from_raw_fd(slave)) };
+        let mut child = ddl(&dir)
+            .args(["tokenizer", "encode", "--tokenizer", r, "--text", "-"])
+            .stdin(slave)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // (A line and Ctrl-D, typed at once: the terminal holds them until they are read.)
+        master.write_all(b"AB\n\x04").unwrap();
+        let (mut said, mut stderr) = (String::new(), std::io::BufReader::new(child.stderr.take().unwrap()));
+        stderr.read_line(&mut said).unwrap();
+        if !said.contains("--text -: reading standard input: type the text, then Ctrl-D") {
+            wrong.push(said);
+        }
+        let o = child.wait_with_output().unwrap();
+        drop((stderr, master));
+        assert!(o.status.success() && !o.stdout.is_empty(), "{}", text(&o));
+    }
+    assert!(wrong.is_empty(), "{wrong:#?}");
+}
+
+/// `ddl eval --text` of a text whose characters a char model lacks names Windows line ends and
+/// a byte-order mark, which no one sees in the text, with a command that removes them, and
+/// `--text -` points to `/dev/stdin` (it said "'-' does not exist").
+#[test]
+fn eval_text_names_characters_no_one_sees_and_standard_input() {
+    let dir = ddl::testing::scratch_dir("generate-eval-unseen");
+    let run = char_run(&dir);
+    let corpus = std::fs::read_to_string(ddl::testing::small_corpus(&dir)).unwrap();
+    let crlf = dir.join("crlf.txt");
+    std::fs::write(&crlf, corpus[..2000].replace('\n', "\r\n")).unwrap();
+    let bom = dir.join("bom.txt");
+    std::fs::write(&bom, format!("\u{feff}{}", &corpus[..2000])).unwrap();
+    let mut wrong = Vec::new();
+    for (text_path, needles) in [
+        (crlf.to_str().unwrap(), &["character '\\r'", "Windows line ends", "tr -d '\\r'"][..]),
+        (
+            bom.to_str().unwrap(),
+            &["character '\\u{feff}' at byte 0", "a byte-order mark", "sed -i '1s/^\\xEF\\xBB\\xBF//'"],
+        ),
+        ("-", &["does not read standard input", "--text /dev/stdin"]),
+    ] {
+        let o = ddl(&dir).args(["eval", "--checkpoint", run.to_str().unwrap(), "--text", text_path]).output().unwrap();
+        let t = text(&o);
+        if o.status.code() != Some(1) || t.contains("panicked") || !needles.iter().all(|n| t.contains(n)) {
+            wrong.push(t);
+        }
+    }
+    assert!(wrong.is_empty(), "{wrong:#?}");
+}
+
+/// UTF-16 text (a file Windows' Notepad saved as "Unicode", PowerShell's `>`) is said to be
+/// UTF-16 with `iconv -f UTF-16` as the remedy, by `eval --text`, `generate --prompt -` and a chat
+/// reading it: the remedy was `iconv -f LATIN1`, which makes it a text of NUL characters, and a
+/// chat sent every line after the first (valid UTF-8, NULs between the letters) to the model.
+#[test]
+fn utf16_text_is_said_to_be_utf16_with_its_conversion() {
+    let dir = ddl::testing::scratch_dir("generate-utf16");
+    let run = char_run(&dir);
+    let r = run.to_str().unwrap();
+    let mut utf16 = vec![0xff, 0xfe];
+    utf16.extend("ROMEO:\nJULIET:\n".encode_utf16().flat_map(|u| u.to_le_bytes()));
+    let file = dir.join("notepad.txt");
+    std::fs::write(&file, &utf16).unwrap();
+    let mut wrong = Vec::new();
+    for args in [
+        vec!["eval", "--checkpoint", r, "--text", file.to_str().unwrap()],
+        vec!["generate", "--checkpoint", r, "--prompt", "-"],
+        vec!["chat", "--checkpoint", r],
+    ] {
+        let o = ddl(&dir).args(&args).stdin(std::fs::File::open(&file).unwrap()).output().unwrap();
+        let t = text(&o);
+        if o.status.code() != Some(1)
+            || !t.contains("it is UTF-16 text")
+            || !t.contains("iconv -f UTF-16 -t UTF-8")
+            || t.contains("LATIN1")
+        {
+            wrong.push(t);
+        }
+    }
+    assert!(wrong.is_empty(), "{wrong:#?}");
 }

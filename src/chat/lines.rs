@@ -24,6 +24,16 @@ impl Lines for PlainLines<'_> {
             writeln!(self.log)?;
             return Ok(None);
         };
+        // (UTF-16, Notepad's "Unicode": every line after the first was NUL characters, sent as text.)
+        if crate::train::data::is_utf16(&bytes) {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!(
+                    "standard input: {}, e.g. `iconv -f UTF-16 -t UTF-8 FILE | ddl chat …`",
+                    crate::train::data::UTF16
+                ),
+            ));
+        }
         // A line that is not UTF-8 is one bad line, not the end of the chat: its invalid bytes
         // become U+FFFD, which the tokenizer then reports as a character it does not know.
         let line = String::from_utf8(bytes).unwrap_or_else(|e| {
@@ -45,7 +55,15 @@ pub(super) const LINE_CAP: u64 = 256 << 20;
 pub(super) fn read_line_capped(input: &mut dyn BufRead, cap: u64) -> std::io::Result<Option<Vec<u8>>> {
     let mut bytes = Vec::new();
     let mut line = std::io::Read::take(input, cap + 1);
-    if line.read_until(b'\n', &mut bytes)? == 0 {
+    // (`ddl chat < DIR` was "chat input/output: Is a directory (os error 21)" alone.)
+    let folder = |e: std::io::Error| match e.kind() {
+        std::io::ErrorKind::IsADirectory => std::io::Error::new(
+            e.kind(),
+            "standard input is a folder, not lines of text: redirect a file (`< FILE`) or pipe the lines in",
+        ),
+        _ => e,
+    };
+    if line.read_until(b'\n', &mut bytes).map_err(folder)? == 0 {
         return Ok(None);
     }
     if bytes.len() as u64 > cap && bytes.last() != Some(&b'\n') {

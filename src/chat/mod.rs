@@ -346,7 +346,8 @@ impl<'a> Session<'a> {
     /// following ones' the seed plus 1, 2, … Nothing changes when the value is refused.
     pub fn set(&mut self, name: &str, value: &str) -> Result<(), String> {
         self.settings = self.settings.with(name, value)?;
-        if name == "seed" {
+        // (In any case, as `with` takes it: `/set SEED 5` drew the next reply with 5 + the turns.)
+        if name.eq_ignore_ascii_case("seed") {
             self.seed_turn = self.turn;
         }
         Ok(())
@@ -628,7 +629,9 @@ pub fn run(
             continue;
         }
         let mut say = None;
-        if let Some(cmd) = line.strip_prefix('/') {
+        // (A command after spaces, a tab or a pasted indent is a command: `  /quit` was sent to the
+        // model as a line, the chat going on.)
+        if let Some(cmd) = line.trim_start().strip_prefix('/') {
             // (Extra spaces between the words are not part of them; a stop text keeps its own.)
             let cmd = cmd.trim_start();
             let (name, rest) = cmd.split_once(char::is_whitespace).unwrap_or((cmd, ""));
@@ -661,7 +664,8 @@ pub fn run(
                 ("help", _) => writeln!(log, "{HELP}")?,
                 ("set", [key, value]) => match session.set(key, value) {
                     Ok(()) => {
-                        if *key == "stop" {
+                        let key = key.to_ascii_lowercase();
+                        if key == "stop" {
                             // (`stop TEXT` adds to the list: the list is what holds now.)
                             let stops: Vec<String> = session.settings.stop.iter().map(|x| format!("{x:?}")).collect();
                             writeln!(log, "(stop texts: [{}], and a blank line)", stops.join(", "))?;
@@ -674,7 +678,7 @@ pub fn run(
                                     "note: stop {stop:?} can never be generated ({e}): it will not stop a reply"
                                 )?;
                             }
-                        } else if *key == "seed" {
+                        } else if key == "seed" {
                             let value = value.trim();
                             writeln!(log, "(seed = {value}: the next reply's seed, each reply after it one more)")?;
                         } else {
@@ -861,7 +865,7 @@ mod tests {
 
     #[test]
     fn a_line_that_is_not_utf8_is_one_bad_line_not_the_end_of_the_input() {
-        let mut input = std::io::Cursor::new(b"first\n\xff\xfe bad\nnext\n".to_vec());
+        let mut input = std::io::Cursor::new(b"first\n\xff\xff bad\nnext\n".to_vec());
         let mut log = Vec::new();
         let mut lines = PlainLines { input: &mut input, log: &mut log };
         let got: Vec<String> = std::iter::from_fn(|| lines.next_line("> ").unwrap()).collect();
@@ -885,6 +889,18 @@ mod tests {
         let e = read(b"abcde\n").unwrap_err().to_string();
         assert!(e.contains("longer than") && e.contains("ddl eval"), "{e}");
         const { assert!(LINE_CAP >= 1 << 20) };
+    }
+
+    /// UTF-16 lines (a file Notepad saved as "Unicode") end the chat saying what they are and how
+    /// to convert them: the first line was "not UTF-8", the next ones (NUL characters between the
+    /// letters: valid UTF-8) were sent to the model as they were.
+    #[test]
+    fn utf16_input_is_said_not_read_as_lines() {
+        let mut input = std::io::Cursor::new(b"\xff\xfeh\0i\0\n\0h\0o\0\n\0".to_vec());
+        let mut log = Vec::new();
+        let mut lines = PlainLines { input: &mut input, log: &mut log };
+        let e = lines.next_line("> ").unwrap_err().to_string();
+        assert!(e.contains("it is UTF-16 text") && e.contains("iconv -f UTF-16 -t UTF-8"), "{e}");
     }
 
     /// Lines piped from a file drop a byte-order mark (the first line of a file a Windows editor
@@ -951,6 +967,11 @@ mod tests {
             assert_eq!(save_path("~/c.txt"), std::path::Path::new(&home).join("c.txt"));
         }
         assert_eq!(save_path("~c.txt"), std::path::Path::new("~c.txt"));
+        // Quotes around it are taken off, as a shell takes them (the file's name held them).
+        assert_eq!(save_path("\"my chat.txt\" "), std::path::Path::new("my chat.txt"));
+        assert_eq!(save_path("'c.txt'"), std::path::Path::new("c.txt"));
+        assert_eq!(save_path("\"~/c.txt\""), std::path::Path::new("~/c.txt"));
+        assert_eq!(save_path("\"c.txt'"), std::path::Path::new("\"c.txt'"));
     }
 
     fn base() -> ChatSettings {

@@ -1,9 +1,15 @@
 //! `/save FILE`: where the file is, and the conversation written there whole or not at all.
 
 /// `/save FILE`'s file as typed: without the spaces after it (a terminal hides them), and `~/`
-/// the home folder, as a shell reads it.
+/// the home folder, quotes around it taken off, as a shell reads it.
 pub(super) fn save_path(rest: &str) -> std::path::PathBuf {
     let rest = rest.trim_end();
+    // (`/save "my chat.txt"` made a file whose name held the quotes; inside them `~` is a name.)
+    for q in ['"', '\''] {
+        if let Some(inner) = rest.strip_prefix(q).and_then(|r| r.strip_suffix(q)).filter(|i| !i.is_empty()) {
+            return std::path::PathBuf::from(inner);
+        }
+    }
     match (rest.strip_prefix("~/"), std::env::var_os("HOME")) {
         (Some(under), Some(home)) => std::path::Path::new(&home).join(under),
         _ => std::path::PathBuf::from(rest),

@@ -159,6 +159,14 @@ fn not_a_corpus(path: &Path) -> String {
     if path.is_file() {
         let mut head = [0u8; 4];
         let read = std::fs::File::open(path).and_then(|mut f| std::io::Read::read_exact(&mut f, &mut head));
+        // (A short file's first bytes are read too: a UTF-16 mark alone is 2.)
+        let utf16 = match read {
+            Ok(()) => is_utf16(&head),
+            Err(_) => std::fs::read(path).is_ok_and(|b| is_utf16(&b)),
+        };
+        if utf16 {
+            return format!(": {UTF16}, e.g. `iconv -f UTF-16 -t UTF-8 '{shown}' > NEW.txt`, or leave that file out");
+        }
         let magic = i32::from_le_bytes(head);
         return match read.is_ok() && [super::shards::MAGIC_U16, super::shards::MAGIC_U32].contains(&magic) {
             true => ": it is a token shard (llm.c's format), not text: give its folder to `ddl train --data` (or `ddl \
@@ -179,6 +187,18 @@ fn not_a_corpus(path: &Path) -> String {
         true => format!("; '{shown}' holds token shards, not text: give it as --data {shown}"),
         false => String::new(),
     }
+}
+
+/// What a text that starts with a UTF-16 byte-order mark is ([`is_utf16`]), before the command
+/// that converts it: `iconv -f LATIN1`, the remedy for other text that is not UTF-8, would make
+/// it a text of NUL characters.
+pub const UTF16: &str = "it is UTF-16 text, not UTF-8 (it starts with UTF-16's byte-order mark, as Windows' Notepad \
+                         \"Unicode\" and PowerShell's `>` write it): convert it from UTF-16";
+
+/// Whether `head`, the first bytes of a text, starts with a UTF-16 byte-order mark (FF FE or
+/// FE FF: never UTF-8).
+pub fn is_utf16(head: &[u8]) -> bool {
+    head.starts_with(&[0xff, 0xfe]) || head.starts_with(&[0xfe, 0xff])
 }
 
 /// Reads a corpus: one file, or every `.txt` file of a directory (sorted by name, joined by a
@@ -505,6 +525,16 @@ mod tests {
         std::fs::write(&latin1, b"caf\xe9").unwrap();
         let e = read_corpus(&latin1).unwrap_err().to_string();
         assert!(e.contains("iconv") && !e.contains("token shard"), "{e}");
+        // UTF-16 (Notepad's "Unicode"), of one character too: said, with iconv from UTF-16 (the
+        // remedy was `iconv -f LATIN1`, which makes a text of NUL characters of it).
+        for bytes in [&b"\xff\xfeh\0i\0\n\0"[..], b"\xfe\xff\0h", b"\xff\xfe"] {
+            std::fs::write(&latin1, bytes).unwrap();
+            let e = read_corpus(&latin1).unwrap_err().to_string();
+            assert!(
+                e.contains("it is UTF-16 text") && e.contains("iconv -f UTF-16 -t UTF-8") && !e.contains("LATIN1"),
+                "{e}"
+            );
+        }
 
         let run = root.join("run");
         std::fs::create_dir_all(&run).unwrap();

@@ -334,6 +334,12 @@ pub fn evaluate_checkpoint(gpu: &Arc<Gpu>, dir: &Path, req: &EvalRequest) -> Res
             t.val_max_tokens = 0;
             let (files, made) = data::text_shards(path, &tok).map_err(|e| match e {
                 // (The corpus errors' remedies name `ddl train --corpus`.)
+                // (`-` reads standard input for generate and tokenizer encode, not here.)
+                TrainError::Data(data::DataError::Missing(p)) if p.as_os_str() == "-" => TrainError::Settings(
+                    "--text - is no file, and --text does not read standard input as `-`: give a file, or \
+                     `--text /dev/stdin` to evaluate what is piped in"
+                        .into(),
+                ),
                 TrainError::Data(data::DataError::Missing(p)) => TrainError::Settings(format!(
                     "--text '{}' does not exist: pass a UTF-8 text file or a folder of .txt files",
                     p.display()
@@ -357,10 +363,21 @@ pub fn evaluate_checkpoint(gpu: &Arc<Gpu>, dir: &Path, req: &EvalRequest) -> Res
                 }
                 TrainError::Data(data::DataError::UnknownChar { path: p, offset, ch, vocab }) => {
                     let place = if p == *path { String::new() } else { format!(" of '{}'", p.display()) };
+                    // (Characters no one sees in the text said as what they are, as `--prompt`'s.)
+                    let what = match ch {
+                        '\r' => {
+                            "; the text has Windows line ends, \\r\\n: convert them, e.g. `tr -d '\\r' < FILE > NEW`"
+                        }
+                        '\u{feff}' if offset == 0 => {
+                            "; it is a byte-order mark, which Windows editors write: strip it, e.g. `sed -i \
+                             '1s/^\\xEF\\xBB\\xBF//' FILE`"
+                        }
+                        _ => "",
+                    };
                     TrainError::Settings(format!(
                         "--text '{}': character {ch:?} at byte {offset}{place} is not among the {vocab} characters of \
                          the checkpoint's char tokenizer: a character model knows only its corpus's characters (take \
-                         them out of the text, or evaluate a model with a byte-level tokenizer)",
+                         them out of the text, or evaluate a model with a byte-level tokenizer){what}",
                         path.display(),
                     ))
                 }
@@ -803,6 +820,9 @@ mod tests {
             line.contains("mean +40.00 [-100.00, +100.00] points (95 % t-interval, cut at ±100 points), p = 0.500"),
             "{line}"
         );
+        // A text of two bytes at --seq-len 1: "1 token (1 byte)", not "(1 bytes)".
+        let r = EvalResult { tokens: 1, bytes: Some(1), windows: 1, seq_len: 1, against: None, ablations: vec![], ..r };
+        assert!(r.line().contains(": 1 token (1 byte) in 1 window of 1,"), "{}", r.line());
     }
 
     #[test]

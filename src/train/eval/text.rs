@@ -70,7 +70,7 @@ impl EvalResult {
             Some(b) => format!(", {b:.4} bits per byte"),
             None => String::new(),
         };
-        let bytes = self.bytes.map(|b| format!(" ({b} bytes)")).unwrap_or_default();
+        let bytes = self.bytes.map(|b| format!(" ({})", crate::plural(b as usize, "byte"))).unwrap_or_default();
         let span = if self.whole { "all of" } else { "the first windows of" };
         let left = if self.uncounted > 0 {
             let last = if self.uncounted == 1 { "token".into() } else { format!("{} tokens", self.uncounted) };
