@@ -600,6 +600,19 @@ pub(crate) fn generate_cmd(
             ids.len()
         );
     }
+    // Past the context the window slides, keeping its last half: said before it does (a text
+    // that lost its start's context went on without a word).
+    let kept = ids.len().min(cap);
+    if kept.saturating_add(sa.max_tokens) > cap && sa.max_tokens > 0 {
+        eprintln!(
+            "note: the prompt's {kept} tokens and --max-tokens {} pass the context of {cap}: from generated token {} on, the \
+             window slides, keeping its last {} tokens each time, so the text after that no longer sees what came \
+             before them (lower --max-tokens to stay within it)",
+            sa.max_tokens,
+            cap - kept + 1,
+            (cap / 2).max(1)
+        );
+    }
     let stops = sa.stops()?;
     note_unreachable_stops(&tok, &stops);
     let opts = ddl::generate::GenOptions {

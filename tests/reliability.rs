@@ -1015,6 +1015,15 @@ fn generation_problems_are_clear_errors() {
     assert!(text(&o).contains("more than the context of 64"), "{}", text(&o));
     // It says what was cut; --strict-context refuses such a prompt instead.
     assert!(text(&o).contains("tokens (\"To be, or not to be"), "{}", text(&o));
+    // ... and that generation slides past the context from its first token (a prompt and
+    // --max-tokens within the context say nothing of it: the --stop runs above).
+    assert!(text(&o).contains("--max-tokens 3 pass the context of 64: from generated token 1 on"), "{}", text(&o));
+    let o = cmd(&dir).args(["generate", "--checkpoint", k, "--prompt", "hi", "--max-tokens", "62"]).output().unwrap();
+    assert!(o.status.success() && !text(&o).contains("pass the context"), "{}", text(&o));
+    let o = cmd(&dir).args(["generate", "--checkpoint", k, "--prompt", "hi", "--max-tokens", "63"]).output().unwrap();
+    let said = "the prompt's 2 tokens and --max-tokens 63 pass the context of 64: from generated token 63 on, the \
+                window slides, keeping its last 32 tokens";
+    assert!(o.status.success() && text(&o).contains(said), "{}", text(&o));
     // One token over: "the first 1 token (\"T\") is dropped" (it said "1 tokens … are dropped").
     let o =
         cmd(&dir).args(["generate", "--checkpoint", k, "--prompt", &long[..65], "--max-tokens", "1"]).output().unwrap();
