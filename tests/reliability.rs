@@ -974,6 +974,8 @@ fn generation_problems_are_clear_errors() {
     // A negative number after a space is the flag's value (clap would call it an unknown flag).
     g(&["--prompt", "hi", "--temperature", "-1"], &["--temperature must be a finite number ≥ 0", "got -1"]);
     g(&["--prompt", "hi", "--temperature", "inf"], &["--temperature must be a finite number ≥ 0", "got inf"]);
+    // Past f32's range: said as given (it was "got inf").
+    g(&["--prompt", "hi", "--temperature", "1e39"], &["--temperature", "1e39 is past the largest value taken"]);
     // Not a number: what the flag takes (it was Rust's "invalid float literal").
     for flag in ["--temperature", "--top-p", "--min-p", "--repetition-penalty"] {
         g(&["--prompt", "hi", flag, "warm"], &[flag, "expected a number (e.g. 0.8), got 'warm'"]);

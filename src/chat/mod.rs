@@ -72,18 +72,26 @@ impl ChatSettings {
         // (Spaces around a value are not part of it, except a stop text's own: `/set stop ab `.)
         let value = if name == "stop" && value.trim() != "none" { value } else { value.trim() };
         let bad = |want: &str| format!("{name} {value:?}: expected {want}");
+        // (A number past f32's range became inf, said as "got inf", not as the value given.)
+        let number = |want: &str| -> Result<f32, String> {
+            match value.parse::<f64>() {
+                Ok(v) if v.is_finite() && (v as f32).is_infinite() => {
+                    Err(format!("{name} {value}: past the largest value taken ({:e})", f32::MAX))
+                }
+                Ok(_) => value.parse::<f32>().map_err(|_| bad(want)),
+                Err(_) => Err(bad(want)),
+            }
+        };
         match name {
-            "temperature" => next.sampler.temperature = value.parse().map_err(|_| bad("a number ≥ 0 (0 = greedy)"))?,
+            "temperature" => next.sampler.temperature = number("a number ≥ 0 (0 = greedy)")?,
             "top_k" => {
                 next.sampler.top_k = value
                     .parse()
                     .map_err(|_| bad(&format!("a whole number from 0 to {} (0 = all tokens)", usize::MAX)))?
             }
-            "top_p" => next.sampler.top_p = value.parse().map_err(|_| bad("a number in (0, 1]"))?,
-            "min_p" => next.sampler.min_p = value.parse().map_err(|_| bad("a number in [0, 1] (0 = off)"))?,
-            "repetition_penalty" => {
-                next.sampler.repetition_penalty = value.parse().map_err(|_| bad("a number > 0 (1 = off)"))?
-            }
+            "top_p" => next.sampler.top_p = number("a number in (0, 1]")?,
+            "min_p" => next.sampler.min_p = number("a number in [0, 1] (0 = off)")?,
+            "repetition_penalty" => next.sampler.repetition_penalty = number("a number > 0 (1 = off)")?,
             "max_tokens" => {
                 next.max_tokens = value.parse().map_err(|_| bad(&format!("a whole number from 1 to {}", usize::MAX)))?
             }
@@ -103,7 +111,7 @@ impl ChatSettings {
                 ));
             }
             "stop" => next.stop.push(crate::generate::unescape_stop(value).map_err(|e| format!("stop {e}"))?),
-            "logprobs" if value == "off" => next.logprobs = None,
+            "logprobs" if value.eq_ignore_ascii_case("off") => next.logprobs = None,
             "logprobs" => {
                 next.logprobs = Some(value.parse().map_err(|_| {
                     bad("a whole number of alternatives to show (0: only each token's own score), or off")
@@ -1016,6 +1024,10 @@ mod tests {
         let e = base().with("seed", "18446744073709551616").unwrap_err();
         assert!(e.contains("from 0 to 18446744073709551615"), "{e}");
         assert!(base().with("max_tokens", "0").unwrap_err().contains("max_tokens"));
+        // A value past f32's range is said as given (it was "got inf"); `off` in any case.
+        let e = base().with("temperature", "1e39").unwrap_err();
+        assert!(e.starts_with("temperature 1e39: past the largest value taken"), "{e}");
+        assert_eq!(base().with("logprobs", "3").unwrap().with("logprobs", "OFF").unwrap().logprobs, None);
         let e = base().with("temperature", "-1").unwrap_err();
         assert!(
             e.starts_with("temperature must be") && !e.contains("--"),

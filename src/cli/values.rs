@@ -56,7 +56,14 @@ pub(super) fn bucket_mib(s: &str) -> Result<f64, String> {
 /// The sampling's numbers (`--temperature`, `--top-p`, `--min-p`, `--repetition-penalty`; their
 /// ranges are checked with the sampling's other settings).
 pub(super) fn sampling_number(s: &str) -> Result<f32, String> {
-    number(s, "a number (e.g. 0.8)").map(|v| v as f32)
+    let v = number(s, "a number (e.g. 0.8)")?;
+    // (A value past f32's range became inf, and the range check said "got inf", not the value given.)
+    match v as f32 {
+        x if x.is_infinite() && v.is_finite() => {
+            Err(format!("{} is past the largest value taken ({:e})", s.trim(), f32::MAX))
+        }
+        x => Ok(x),
+    }
 }
 
 /// `data prepare --val-fraction`: a share of the tokens (its range is checked by the command).
