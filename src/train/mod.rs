@@ -64,7 +64,8 @@ fn io_remedy(e: &std::io::Error) -> &'static str {
              one: `ddl train --resume DIR --out OTHER` copies it there"
         }
         std::io::ErrorKind::PermissionDenied | std::io::ErrorKind::ReadOnlyFilesystem => {
-            "; make the folder writable, or write the run to another --out"
+            "; make the folder writable, or write the run to another --out (a run goes on in a copy with `ddl train \
+             --resume DIR --out OTHER`, leaving DIR as it is)"
         }
         _ => "",
     }
@@ -73,7 +74,7 @@ fn io_remedy(e: &std::io::Error) -> &'static str {
 /// Why a run stopped with an error.
 #[derive(Debug, thiserror::Error)]
 pub enum TrainError {
-    #[error("output directory '{path}' is not writable: {source}")]
+    #[error("output directory '{}' is not writable: {source}{}", path.display(), io_remedy(source))]
     OutDir { path: PathBuf, source: std::io::Error },
     #[error(transparent)]
     Config(#[from] crate::model::ConfigError),
@@ -107,7 +108,7 @@ pub enum TrainError {
         "'{}' holds a run ({what}): `ddl train --resume {}` continues it, --overwrite replaces it, or choose \
          another --out",
         dir.display(),
-        dir.display()
+        crate::shell_word(dir)
     )]
     RunExists { dir: PathBuf, what: String },
     #[error(
@@ -624,6 +625,16 @@ mod tests {
         assert!(denied.contains("make the folder writable"), "{denied}");
         let other = err(std::io::ErrorKind::InvalidData).to_string();
         assert!(!other.contains("; "), "{other}");
+        // The command given runs as printed in a shell, whatever the folder's name.
+        let exists = TrainError::RunExists { dir: "runs/ré sumé".into(), what: "metrics.jsonl".into() }.to_string();
+        assert!(exists.contains("`ddl train --resume 'runs/ré sumé'` continues it"), "{exists}");
+        // A run on a read-only disk (`--resume` of a run on a DVD, a read-only mount) was told
+        // only the OS's words: now how to go on elsewhere.
+        for kind in [std::io::ErrorKind::ReadOnlyFilesystem, std::io::ErrorKind::PermissionDenied] {
+            let out = TrainError::OutDir { path: "runs/a".into(), source: std::io::Error::from(kind) }.to_string();
+            assert!(out.starts_with("output directory 'runs/a' is not writable: "), "{out}");
+            assert!(out.contains("make the folder writable") && out.contains("--resume DIR --out OTHER"), "{out}");
+        }
     }
 
     /// A second Ctrl-C removes the folders still being written (`ddl data prepare` left its

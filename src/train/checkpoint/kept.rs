@@ -62,7 +62,7 @@ pub fn kept_remedy_for(run: &Path, suspect: &[&str]) -> Option<String> {
         "its kept checkpoint {} (step {step}) reads: `ddl train --resume {} --out NEW` continues from it in a new \
          folder",
         usable.display(),
-        usable.display()
+        crate::shell_word(&usable)
     ))
 }
 

@@ -245,7 +245,7 @@ pub fn evaluate_checkpoint(gpu: &Arc<Gpu>, dir: &Path, req: &EvalRequest) -> Res
                              the checkpoint (`ddl train --resume {}` writes them to config.toml again)",
                             cfg_path.display(),
                             e.message().trim(),
-                            dir.display()
+                            crate::shell_word(dir)
                         );
                         Some(r)
                     }
