@@ -484,7 +484,10 @@ impl<'c> Trainer<'c> {
     fn kept_after_failed_save(&self) -> String {
         let (out, word) = (self.out.display(), crate::shell_word(&self.out));
         match self.last_saved {
-            _ if !self.out.is_dir() => format!("The run folder '{out}' no longer exists: nothing of the run is left"),
+            _ if !self.out.is_dir() => format!(
+                "The run folder '{out}' no longer exists (moved or removed while the run trained): what it held went \
+                 with it; where it was moved, `ddl train --resume NEW_PLACE` continues the run"
+            ),
             Some(s) => format!(
                 "The checkpoint of step {s} in '{out}' is intact; free disk space or fix the folder's permissions, \
                  then continue with `ddl train --resume {word}`"
