@@ -2172,7 +2172,8 @@ fn ctrl_c_during_the_final_evaluation_stops_it_and_keeps_the_last_step() {
     let o = cmd(&dir).args(&a).env("DDL_FAULT_INTERRUPT_FINAL_EVAL", "1").output().unwrap();
     assert_eq!(o.status.code(), Some(130), "{}", text(&o));
     // The message says how the evaluation is made up (it said where the checkpoint was only).
-    let made_up = format!("the final evaluation was not made: `ddl train --resume {}` makes it up", out.display());
+    let made_up =
+        format!("the final evaluation was not made: `ddl train --resume {}` makes it up", ddl::shell_word(&out));
     assert!(text(&o).contains(&made_up), "{}", text(&o));
     assert_eq!(ddl::train::checkpoint::load(&out, false).unwrap().step, 2);
     let m = std::fs::read_to_string(out.join("metrics.jsonl")).unwrap();
