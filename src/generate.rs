@@ -1713,8 +1713,9 @@ pub fn check_trace_path(path: &std::path::Path) -> Result<(), String> {
     // The folder takes the files, under their temporary names too (as long as the writes' own):
     // a read-only folder or a name too long would otherwise fail only after generating.
     for file in [path, json.as_path()] {
-        crate::train::checkpoint::probe_writable(file)
-            .map_err(|e| format!("--trace {shown}: cannot write '{}' there: {e}", file.display()))?;
+        crate::train::checkpoint::probe_writable(file).map_err(|e| {
+            format!("--trace {shown}: cannot write '{}' there: {e}; choose a folder that takes files", file.display())
+        })?;
     }
     Ok(())
 }

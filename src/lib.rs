@@ -31,6 +31,19 @@ pub fn plural(n: usize, what: &str) -> String {
     format!("{n} {what}{}", if n == 1 { "" } else { "s" })
 }
 
+/// A path as one word of a command to copy into a shell: quoted where it holds spaces, quotes or
+/// other characters a shell takes apart (`'runs/ré sumé'`), and `./`-prefixed where it starts
+/// with `-`, which a command line would take for a flag.
+pub fn shell_word(path: impl AsRef<std::path::Path>) -> String {
+    let s = path.as_ref().display().to_string();
+    let s = if s.starts_with('-') { format!("./{s}") } else { s };
+    let plain = |c: char| c.is_alphanumeric() || "_@%+=:,./-".contains(c);
+    match !s.is_empty() && s.chars().all(plain) {
+        true => s,
+        false => format!("'{}'", s.replace('\'', r"'\''")),
+    }
+}
+
 /// The commit this build of the engine was made from, and whether its tree had uncommitted
 /// changes ("clean", "dirty" or "unknown" without git).
 pub fn build_commit() -> (&'static str, &'static str) {
@@ -87,5 +100,19 @@ mod tests {
         assert_eq!(why, format!("'{}' is a file, not a folder", file.display()));
         let other = std::io::Error::from(std::io::ErrorKind::PermissionDenied);
         assert_eq!(super::why_not_written(&dir.join("a/b"), &other), other.to_string());
+    }
+
+    /// The commands that messages give run as printed when pasted into a shell: a run folder
+    /// `runs/ré sumé` was said as `ddl train --resume runs/ré sumé` (two arguments).
+    #[test]
+    fn a_path_in_a_command_is_one_shell_word() {
+        use super::shell_word;
+        assert_eq!(shell_word("runs/a"), "runs/a");
+        assert_eq!(shell_word("/tmp/runs/résumé-2,b=1"), "/tmp/runs/résumé-2,b=1");
+        assert_eq!(shell_word("runs/ré sumé"), "'runs/ré sumé'");
+        assert_eq!(shell_word("it's $HOME"), r"'it'\''s $HOME'");
+        assert_eq!(shell_word("-a"), "./-a");
+        assert_eq!(shell_word("-a b"), "'./-a b'");
+        assert_eq!(shell_word(""), "''");
     }
 }

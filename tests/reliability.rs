@@ -145,6 +145,13 @@ fn checkpoint_problems_are_clear_errors() {
     let a = gen_args(&ck);
     let o = cmd(&dir).args(&a).output().unwrap();
     assert!(o.status.success(), "{}", text(&o));
+    // Evaluated where the shard cache cannot be written (a read-only home, DDL_CACHE_DIR at a
+    // file): the cache's remedy alone, not "restore the data the run trained on" (it is there).
+    let cache_file = dir.join("cache-file");
+    std::fs::write(&cache_file, "x").unwrap();
+    let o = cmd(&dir).args(["eval", "--checkpoint", ck.to_str().unwrap()]).env("DDL_CACHE_DIR", &cache_file).output();
+    let t = text(&o.unwrap());
+    assert!(t.contains("set DDL_CACHE_DIR to a writable folder") && !t.contains("restore the data"), "{t}");
 
     fails_gen(&dir, &dir.join("nope"), &["nope", "does not exist: give a run's folder (`ddl train --out`"]);
     fails_gen(&dir, &ck.join("model.safetensors"), &["model.safetensors", "is a file", "run's folder"]);
@@ -1664,7 +1671,7 @@ fn outputs_never_replace_files_they_do_not_own() {
     assert!(e.contains("data.json") && e.contains("is not a ddl trace"), "{e}");
     // A name the folder cannot take (with the write's temporary suffix) is refused up front.
     let e = check(&dir.join(format!("{}.safetensors", "a".repeat(245)))).unwrap_err();
-    assert!(e.contains("cannot write"), "{e}");
+    assert!(e.contains("cannot write") && e.contains("choose a folder that takes files"), "{e}");
     let e = check(&dir.join("t.json")).unwrap_err();
     assert!(e.contains("cannot end in .json") && e.contains("t.safetensors"), "{e}");
     let e = check(&dir.join("nodir/t.safetensors")).unwrap_err();
@@ -2184,7 +2191,8 @@ fn ctrl_c_during_the_final_evaluation_stops_it_and_keeps_the_last_step() {
     let o = cmd(&dir).args(&a).env("DDL_FAULT_INTERRUPT_FINAL_EVAL", "1").output().unwrap();
     assert_eq!(o.status.code(), Some(130), "{}", text(&o));
     // The message says how the evaluation is made up (it said where the checkpoint was only).
-    let made_up = format!("the final evaluation was not made: `ddl train --resume {}` makes it up", out.display());
+    let made_up =
+        format!("the final evaluation was not made: `ddl train --resume {}` makes it up", ddl::shell_word(&out));
     assert!(text(&o).contains(&made_up), "{}", text(&o));
     assert_eq!(ddl::train::checkpoint::load(&out, false).unwrap().step, 2);
     let m = std::fs::read_to_string(out.join("metrics.jsonl")).unwrap();
@@ -2693,6 +2701,8 @@ fn first_use_is_quiet_about_the_driver_and_says_when_it_tunes() {
     let o = tuning(&ro).args(train_args(&c, ro.join("r").to_str().unwrap(), "1", &[])).output().unwrap();
     let t = text(&o);
     assert!(o.status.success() && t.contains("cannot write the matmul tile measurements"), "{t}");
+    // ... and the line that ends the tuning does not promise that later runs reuse them.
+    assert!(t.contains("not kept (the warning above says why)") && !t.contains("later runs on this adapter"), "{t}");
     let bad = tmpdir("firstuse-garbage");
     std::fs::create_dir_all(bad.join("cache")).unwrap();
     std::fs::write(bad.join("cache").join("matmul-autotune.json"), "{garbage").unwrap();

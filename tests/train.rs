@@ -2879,7 +2879,7 @@ fn ctrl_c_sigterm_and_a_closed_pipe_save_a_checkpoint_and_exit_cleanly_and_the_r
     let go_on = format!(
         "checkpoint saved in {}; `ddl train --resume {}` continues it to step 100000",
         out.display(),
-        out.display()
+        ddl::shell_word(&out)
     );
     assert!(err.contains(&go_on), "{err}");
     assert!(!out.join(".ddl-lock").exists(), "the lock goes with the process");

@@ -86,10 +86,11 @@ impl RunState {
             // (At its last step: stopped during the final evaluation, which a resume makes up.)
             RunState::Interrupted { step, target } if step >= target => format!(
                 "stopped during the final evaluation of step {step}: `ddl train --resume {}` makes it up",
-                dir.display()
+                ddl::shell_word(dir)
             ),
+            // (The folder as one shell word: `runs/ré sumé` quoted, as `ddl train` says it.)
             RunState::Interrupted { step, target } => {
-                format!("stopped at step {step} of {target}: `ddl train --resume {}` goes on", dir.display())
+                format!("stopped at step {step} of {target}: `ddl train --resume {}` goes on", ddl::shell_word(dir))
             }
         }
     }
@@ -422,6 +423,8 @@ mod tests {
         summary(7, 30, true, "null");
         m.poll().unwrap();
         assert_eq!(m.state, Some(RunState::Interrupted { step: 7, target: 30 }));
+        let said = m.state.as_ref().unwrap().describe(Path::new("runs/ré sumé"));
+        assert!(said.ends_with("`ddl train --resume 'runs/ré sumé'` goes on"), "{said}");
         let words = m.state.as_ref().unwrap().describe(&dir);
         assert!(words.contains("stopped at step 7 of 30") && words.contains("ddl train --resume"), "{words}");
         summary(7, 7, true, "null");

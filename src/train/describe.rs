@@ -387,7 +387,7 @@ impl CheckpointInfo {
                 "note: the best checkpoint's record {} {why}: its step and validation loss are not known here; \
                  `ddl train --resume {}` writes it again from best/'s step and the loss metrics.jsonl logged there (where it logged one)",
                 best.join(checkpoint::BEST_FILE).display(),
-                self.run.display()
+                crate::shell_word(&self.run)
             ));
         }
         if !self.kept.is_empty() {

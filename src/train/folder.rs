@@ -113,7 +113,7 @@ pub fn branch_run(src: &Path, dst: &Path) -> Result<usize, TrainError> {
             dst.display(),
             trained.join(", "),
             src.display(),
-            dst.display()
+            crate::shell_word(dst)
         )));
     }
     if dst.exists() && !dst.is_dir() {

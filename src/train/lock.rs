@@ -2,7 +2,9 @@
 //! process that trains (or runs an experiment) in it, is created atomically (create-new) and
 //! removed when the process is done. A lock whose process is gone (killed with SIGKILL, a crash)
 //! is recognised on the same host (no `/proc/PID`) and taken over; one from another host, or
-//! where processes cannot be checked, is reported with the file to remove.
+//! where processes cannot be checked, is reported with the file to remove. The lock names the
+//! folder it was made in (device and inode), so one copied with its folder (`cp -r` of a run
+//! while it trains) does not hold the copy.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -52,7 +54,7 @@ pub(crate) fn alive(pid: u32) -> Option<bool> {
 pub fn holder(dir: &Path) -> Option<(u32, String)> {
     let text = std::fs::read_to_string(dir.join(LOCK_FILE)).ok()?;
     let (pid, host, start) = parse_lock(&text);
-    (!stale(pid, &host, start)).then(|| (pid.unwrap_or(0), host))
+    (!stale(pid, &host, start) && !copied(&text, dir)).then(|| (pid.unwrap_or(0), host))
 }
 
 /// A lock file's PID (`None`: unreadable or half-written), host and the process's start time
@@ -62,6 +64,30 @@ fn parse_lock(text: &str) -> (Option<u32>, String, Option<u64>) {
     let pid = words.next().and_then(|p| p.parse().ok());
     let host = words.next().unwrap_or("").to_string();
     (pid, host, words.next().and_then(|t| t.parse().ok()))
+}
+
+/// The folder's identity on this machine (`dir=DEVICE:INODE`), which a copy of it does not share
+/// and a rename keeps; `None` where it cannot be read.
+fn folder_id(dir: &Path) -> Option<String> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(dir).ok().map(|m| format!("dir={}:{}", m.dev(), m.ino()))
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = dir;
+        None
+    }
+}
+
+/// Whether the lock `text` (of this host) was made in another folder than `dir`: it came with a
+/// copy of its folder (a run copied while it trained), and its process works elsewhere. (Another
+/// host's view of a shared folder may give it another identity: its locks are left as they are.)
+fn copied(text: &str, dir: &Path) -> bool {
+    let (_, host, _) = parse_lock(text);
+    let made_in = text.split_whitespace().skip(2).find(|w| w.starts_with("dir="));
+    host == host_name() && matches!((made_in, folder_id(dir)), (Some(a), Some(b)) if a != b)
 }
 
 /// When process `pid` started (clock ticks after boot, `/proc/PID/stat`'s 22nd field), where
@@ -103,10 +129,11 @@ impl RunLock {
     pub fn acquire(dir: &Path) -> Result<RunLock, LockError> {
         let path = dir.join(LOCK_FILE);
         let io = |source| LockError::Io { dir: dir.to_path_buf(), source };
-        let me = match started(std::process::id()) {
-            Some(t) => format!("{} {} {t}\n", std::process::id(), host_name()),
-            None => format!("{} {}\n", std::process::id(), host_name()),
-        };
+        let mut me = format!("{} {}", std::process::id(), host_name());
+        for word in started(std::process::id()).map(|t| t.to_string()).into_iter().chain(folder_id(dir)) {
+            me = format!("{me} {word}");
+        }
+        me.push('\n');
         remove_dead_temporaries(dir);
         let tmp = dir.join(format!("{LOCK_FILE}.new-{}", std::process::id()));
         let _ = std::fs::remove_file(&tmp);
@@ -126,7 +153,7 @@ impl RunLock {
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
                     let judged = std::fs::read_to_string(&path).unwrap_or_default();
                     let (pid, host, start) = parse_lock(&judged);
-                    if !stale(pid, &host, start) {
+                    if !stale(pid, &host, start) && !copied(&judged, dir) {
                         return done(Err(LockError::Held {
                             dir: dir.to_path_buf(),
                             pid: pid.unwrap_or(0),
@@ -278,5 +305,28 @@ mod tests {
         std::fs::write(&lock, "4242 some-other-host\n").unwrap();
         assert!(RunLock::acquire(&dir).unwrap_err().to_string().contains("some-other-host"));
         std::fs::remove_dir_all(&dir).ok();
+    }
+
+    #[test]
+    fn a_lock_copied_with_its_folder_does_not_hold_the_copy() {
+        let Some(start) = started(1) else { return };
+        let base = crate::testing::scratch_dir("lock-copied");
+        let (run, copy) = (base.join("run"), base.join("copy"));
+        std::fs::create_dir_all(&run).unwrap();
+        std::fs::create_dir_all(&copy).unwrap();
+        // A live process (PID 1) trains in `run`; `cp -r run copy` took its lock along.
+        let live = format!("1 {} {start} {}\n", host_name(), folder_id(&run).expect("the folder's identity"));
+        std::fs::write(run.join(LOCK_FILE), &live).unwrap();
+        std::fs::write(copy.join(LOCK_FILE), &live).unwrap();
+        assert_eq!(holder(&run).map(|h| h.0), Some(1), "the run's own lock holds it");
+        assert!(RunLock::acquire(&run).unwrap_err().to_string().contains("process 1 on"));
+        assert_eq!(holder(&copy), None, "the copy is not being trained");
+        drop(RunLock::acquire(&copy).expect("the copy can be resumed while the original trains"));
+        assert!(!copy.join(LOCK_FILE).exists());
+        // A folder renamed while it trains keeps its identity, and its lock holds it.
+        let moved = base.join("moved");
+        std::fs::rename(&run, &moved).unwrap();
+        assert_eq!(holder(&moved).map(|h| h.0), Some(1));
+        std::fs::remove_dir_all(&base).ok();
     }
 }

@@ -65,16 +65,30 @@ fn io_remedy(e: &std::io::Error) -> &'static str {
              one: `ddl train --resume DIR --out OTHER` copies it there"
         }
         std::io::ErrorKind::PermissionDenied | std::io::ErrorKind::ReadOnlyFilesystem => {
-            "; make the folder writable, or write the run to another --out"
+            "; make the folder writable, or write the run to another --out (a run goes on in a copy with `ddl train \
+             --resume DIR --out OTHER`, leaving DIR as it is)"
         }
         _ => "",
+    }
+}
+
+/// What to do about a write to `path` that failed: [`io_remedy`], or, where its folder is gone
+/// (moved or removed while the run trained: "No such file or directory" alone), that.
+fn io_remedy_at(path: &Path, e: &std::io::Error) -> String {
+    match path.parent().filter(|d| e.kind() == std::io::ErrorKind::NotFound && !d.as_os_str().is_empty()) {
+        Some(dir) if !dir.exists() => format!(
+            "; the run's folder '{}' is gone (moved or removed while the run trained), and the checkpoints it saved \
+             with it: where it was moved, `ddl train --resume NEW_PLACE` continues the run",
+            dir.display()
+        ),
+        _ => io_remedy(e).to_string(),
     }
 }
 
 /// Why a run stopped with an error.
 #[derive(Debug, thiserror::Error)]
 pub enum TrainError {
-    #[error("output directory '{path}' is not writable: {source}")]
+    #[error("output directory '{}' is not writable: {source}{}", path.display(), io_remedy(source))]
     OutDir { path: PathBuf, source: std::io::Error },
     #[error(transparent)]
     Config(#[from] crate::model::ConfigError),
@@ -94,7 +108,7 @@ pub enum TrainError {
          steps"
     )]
     NonFinite { step: usize, what: &'static str, value: f32 },
-    #[error("cannot write '{}': {source}{}", path.display(), io_remedy(source))]
+    #[error("cannot write '{}': {source}{}", path.display(), io_remedy_at(path, source))]
     Io { path: PathBuf, source: std::io::Error },
     #[error("step {step}: saving the checkpoint failed: {source}. {kept}")]
     Save { step: usize, kept: String, source: checkpoint::CheckpointError },
@@ -108,7 +122,7 @@ pub enum TrainError {
         "'{}' holds a run ({what}): `ddl train --resume {}` continues it, --overwrite replaces it, or choose \
          another --out",
         dir.display(),
-        dir.display()
+        crate::shell_word(dir)
     )]
     RunExists { dir: PathBuf, what: String },
     #[error(
@@ -625,6 +639,24 @@ mod tests {
         assert!(denied.contains("make the folder writable"), "{denied}");
         let other = err(std::io::ErrorKind::InvalidData).to_string();
         assert!(!other.contains("; "), "{other}");
+        // A run's folder moved (or removed) while it trained: said, with where its checkpoints
+        // are (it was "No such file or directory" alone).
+        let gone = std::env::temp_dir().join("ddl-no-such-run-folder").join("metrics.jsonl");
+        let e = TrainError::Io { path: gone, source: std::io::Error::from(std::io::ErrorKind::NotFound) }.to_string();
+        assert!(
+            e.contains("ddl-no-such-run-folder' is gone (moved or removed") && e.contains("--resume NEW_PLACE"),
+            "{e}"
+        );
+        // The command given runs as printed in a shell, whatever the folder's name.
+        let exists = TrainError::RunExists { dir: "runs/ré sumé".into(), what: "metrics.jsonl".into() }.to_string();
+        assert!(exists.contains("`ddl train --resume 'runs/ré sumé'` continues it"), "{exists}");
+        // A run on a read-only disk (`--resume` of a run on a DVD, a read-only mount) was told
+        // only the OS's words: now how to go on elsewhere.
+        for kind in [std::io::ErrorKind::ReadOnlyFilesystem, std::io::ErrorKind::PermissionDenied] {
+            let out = TrainError::OutDir { path: "runs/a".into(), source: std::io::Error::from(kind) }.to_string();
+            assert!(out.starts_with("output directory 'runs/a' is not writable: "), "{out}");
+            assert!(out.contains("make the folder writable") && out.contains("--resume DIR --out OTHER"), "{out}");
+        }
     }
 
     /// A second Ctrl-C removes the folders still being written (`ddl data prepare` left its

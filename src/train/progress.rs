@@ -159,7 +159,13 @@ pub(super) fn cut_metrics(path: &Path, step: usize) -> Result<usize, TrainError>
             path.display()
         );
     }
-    if cut > 0 || kept.len() != bytes.len() {
+    // A file with other links (the run copied with `cp -al`, a backup by `rsync --link-dest`)
+    // becomes this run's own before lines are appended: the copy's would change with it.
+    #[cfg(unix)]
+    let shared = std::fs::metadata(path).is_ok_and(|m| std::os::unix::fs::MetadataExt::nlink(&m) > 1);
+    #[cfg(not(unix))]
+    let shared = false;
+    if cut > 0 || kept.len() != bytes.len() || shared {
         crate::train::checkpoint::write_atomic(path, kept.as_bytes())
             .map_err(|source| TrainError::Io { path: path.to_path_buf(), source })?;
     }
@@ -241,4 +247,26 @@ pub fn trace_memory(stage: &str, base: Option<u64>, tensors: u64) {
 fn say(line: &str) {
     use std::io::Write;
     let _ = writeln!(std::io::stderr(), "{line}");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A resumed run whose folder is a hard-linked copy's twin (`cp -al runs/a runs/b`, a
+    /// snapshot by `rsync --link-dest`) appended its lines to the copy's `metrics.jsonl` too.
+    #[cfg(unix)]
+    #[test]
+    fn a_resumed_runs_metrics_are_its_own_not_a_hard_linked_copys() {
+        let dir = crate::testing::scratch_dir("metrics-linked");
+        let (run, copy) = (dir.join("metrics.jsonl"), dir.join("copy.jsonl"));
+        let logged = "{\"step\": 1, \"loss\": 4.0}\n{\"step\": 2, \"loss\": 3.9}\n";
+        std::fs::write(&run, logged).unwrap();
+        std::fs::hard_link(&run, &copy).unwrap();
+        assert_eq!(cut_metrics(&run, 2).unwrap(), 0);
+        append_line(&run, &serde_json::json!({"step": 3, "loss": 3.8})).unwrap();
+        assert_eq!(std::fs::read_to_string(&copy).unwrap(), logged, "the copy's metrics changed");
+        assert_eq!(std::fs::read_to_string(&run).unwrap().lines().count(), 3);
+        std::fs::remove_dir_all(&dir).ok();
+    }
 }

@@ -473,8 +473,9 @@ pub(crate) fn not_shards(data: &str) -> String {
     let path = Path::new(data);
     if super::checkpoint::is_run(path) {
         return format!(
-            "; '{data}' is a run's folder, not token shards (`ddl info --checkpoint {data}` names the data it trained \
-             on)"
+            "; '{data}' is a run's folder, not token shards (`ddl info --checkpoint {}` names the data it trained \
+             on)",
+            crate::shell_word(path)
         );
     }
     let text = |p: &Path| p.is_file() && p.extension().is_some_and(|e| e == "txt");
@@ -482,7 +483,8 @@ pub(crate) fn not_shards(data: &str) -> String {
     match has_text {
         true => format!(
             "; '{data}' is text, not token shards: give it as --corpus {data} (tokenised when the run starts), or \
-             make shards of it with `ddl data prepare {data} --tokenizer T --out DIR`"
+             make shards of it with `ddl data prepare {} --tokenizer T --out DIR`",
+            crate::shell_word(path)
         ),
         false => String::new(),
     }

@@ -95,8 +95,8 @@ fn check_inputs(run: &ddl::train::RunConfig, a: &TrainArgs) -> Result<()> {
                  (`--init-from {}`), or make shards with it (`ddl data prepare --tokenizer {} --out DIR CORPUS`, \
                  then `ddl train --data DIR`: a new model with that tokenizer)",
                 run.tokenizer,
-                run.tokenizer,
-                run.tokenizer
+                ddl::shell_word(&run.tokenizer),
+                ddl::shell_word(&run.tokenizer)
             );
         }
         anyhow::bail!(

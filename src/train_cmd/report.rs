@@ -44,8 +44,8 @@ pub(super) fn report_training(
         // With the command that goes on (it said where the checkpoint was, not how to continue);
         // at the last step the final evaluation was stopped (or not begun), which it makes up.
         let resume = match a.distributed {
-            Some(_) => format!("`mpirun -n N ddl train --resume {} --distributed mpi`", out.display()),
-            None => format!("`ddl train --resume {}`", out.display()),
+            Some(_) => format!("`mpirun -n N ddl train --resume {} --distributed mpi`", ddl::shell_word(out)),
+            None => format!("`ddl train --resume {}`", ddl::shell_word(out)),
         };
         let then = if summary.step >= summary.target {
             format!("the final evaluation was not made: {resume} makes it up")

@@ -51,28 +51,41 @@ pub(super) fn cache() -> &'static Mutex<HashMap<String, String>> {
     })
 }
 
+/// Set once a measurement could not be written to the cache: later processes measure again.
+static UNSAVED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether every measurement of this process reached the cache (what a run says when tuning ends).
+pub fn kept() -> bool {
+    !UNSAVED.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 pub(super) fn save() {
     let Some(path) = cache_path() else { return };
     let map = cache().lock().unwrap().clone();
-    if let Some(dir) = path.parent() {
-        let _ = std::fs::create_dir_all(dir);
-    }
     // Atomic replace through a temporary file of its own per process and write: a crash never
     // leaves a half-written cache, and two writers (grids side by side, the threads of `ddl
-    // experiment --jobs`) never rename each other's half.
-    let written = crate::train::checkpoint::write_atomic(
-        &path,
-        serde_json::to_string_pretty(&map).unwrap_or_default().as_bytes(),
-    );
+    // experiment --jobs`) never rename each other's half. (A folder that cannot be made is said
+    // as such: the write's own error would be "No such file or directory".)
+    // (A file in the way, `DDL_CACHE_DIR` at a file, is named: the OS's words named none.)
+    let written = match path.parent().map(std::fs::create_dir_all) {
+        Some(Err(e)) => Err(format!(
+            "cannot make its folder {}: {}",
+            path.parent().unwrap_or(&path).display(),
+            crate::why_not_written(&path, &e)
+        )),
+        _ => crate::train::checkpoint::write_atomic(
+            &path,
+            serde_json::to_string_pretty(&map).unwrap_or_default().as_bytes(),
+        )
+        .map_err(|e| crate::why_not_written(&path, &e)),
+    };
     if let Err(e) = written {
         // Said once: the measurements stay in this process, and later ones measure again.
-        static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-        if !SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        if !UNSAVED.swap(true, std::sync::atomic::Ordering::Relaxed) {
             eprintln!(
-                "warning: cannot write the matmul tile measurements to {}: {}; later runs will measure again \
+                "warning: cannot write the matmul tile measurements to {}: {e}; later runs will measure again \
                  (set DDL_CACHE_DIR to a writable folder, or pass --no-autotune)",
-                path.display(),
-                crate::why_not_written(&path, &e)
+                path.display()
             );
         }
     }

@@ -62,7 +62,7 @@ pub fn kept_remedy_for(run: &Path, suspect: &[&str]) -> Option<String> {
         "its kept checkpoint {} (step {step}) reads: `ddl train --resume {} --out NEW` continues from it in a new \
          folder",
         usable.display(),
-        usable.display()
+        crate::shell_word(&usable)
     ))
 }
 
@@ -194,7 +194,11 @@ pub(super) fn snapshot(run: &Path, tmp: &Path, dst: &Path, extra: Option<(&str, 
         }
         sync_dir(tmp);
         // Replace `dst` by renames only: the old folder moves aside first, then goes.
-        let old = PathBuf::from(format!("{}.old", tmp.display()));
+        // (From the path's own bytes: its display is lossy, and a folder whose name is not
+        // UTF-8 would send the old folder to a path that does not exist.)
+        let mut old = tmp.as_os_str().to_owned();
+        old.push(".old");
+        let old = PathBuf::from(old);
         if dst.exists() {
             std::fs::rename(dst, &old)?;
         }
@@ -269,4 +273,32 @@ pub fn mark_best(run: &Path, best: &Best) -> Result<(), CheckpointError> {
     let tmp = kept.join(format!(".{BEST_DIR}.tmp-{}", std::process::id()));
     let record = serde_json::to_vec_pretty(best).map_err(|e| io(std::io::Error::other(e)))?;
     snapshot(run, &tmp, &kept.join(BEST_DIR), Some((BEST_FILE, &record))).map_err(io)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A run whose folder's name is not UTF-8 (`runs/x\xffy`, which Linux allows): its second
+    /// best checkpoint replaced the first through a path made from the name's lossy display, and
+    /// the save failed ("cannot read or write 'runs/x\u{fffd}y/checkpoints/best': No such file").
+    #[cfg(unix)]
+    #[test]
+    fn a_folder_whose_name_is_not_utf8_keeps_its_best_checkpoint_again() {
+        use std::os::unix::ffi::OsStrExt;
+        let base = crate::testing::scratch_dir("kept-not-utf8");
+        let run = base.join(std::ffi::OsStr::from_bytes(b"x\xffy"));
+        std::fs::create_dir_all(&run).unwrap();
+        for f in [MODEL_FILE, OPTIM_FILE] {
+            std::fs::write(run.join(f), b"weights").unwrap();
+        }
+        for step in [1, 2] {
+            mark_best(&run, &Best { step, val_loss: 1.0 / step as f64, val_tokens: 64 }).unwrap();
+            keep_step(&run, step, 1).unwrap();
+            keep_step(&run, step, 1).unwrap();
+        }
+        assert_eq!(read_best(&run).map(|b| b.step), Some(2));
+        assert_eq!(kept_steps(&run), [2]);
+        std::fs::remove_dir_all(&base).ok();
+    }
 }

@@ -57,8 +57,9 @@ pub(super) fn not_a_run(dir: &Path) -> String {
     let shown = dir.display();
     if dir.join("meta.json").is_file() {
         return format!(
-            "; '{shown}' holds token shards (meta.json), not a model: train on them with `ddl train --data {shown}`, or \
-             evaluate a run on them with `ddl eval --checkpoint RUN --data {shown}`"
+            "; '{shown}' holds token shards (meta.json), not a model: train on them with `ddl train --data {word}`, or \
+             evaluate a run on them with `ddl eval --checkpoint RUN --data {word}`",
+            word = crate::shell_word(dir)
         );
     }
     // (Before its first log line a run's folder may hold only the lock.)
@@ -72,7 +73,8 @@ pub(super) fn not_a_run(dir: &Path) -> String {
     if is_run(dir) {
         return format!(
             "; '{shown}' is a run that saved no checkpoint (it stopped before its first, train.checkpoint_every \
-             steps): train it again with `ddl train --out {shown} --overwrite`"
+             steps): train it again with `ddl train --out {} --overwrite`",
+            crate::shell_word(dir)
         );
     }
     if dir.file_name().is_some_and(|n| n == KEPT_DIR) {

@@ -512,7 +512,7 @@ impl RunConfig {
                  (train.checkpoint_every steps), so there is nothing to continue from; start it again with \
                  `ddl train --out {} --overwrite`",
                 dir.display(),
-                dir.display()
+                crate::shell_word(dir)
             ));
         }
         let text = super::checkpoint::saved_run_config(dir).map_err(|e| match e {
@@ -527,7 +527,7 @@ impl RunConfig {
                          --init-from {} --out NEW`",
                         dir.display(),
                         super::checkpoint::OPTIM_FILE,
-                        dir.display()
+                        crate::shell_word(dir)
                     ),
                     None => format!(
                         "--resume {}: the checkpoint has a model but no {} (AdamW moments and run state): a \
@@ -535,7 +535,7 @@ impl RunConfig {
                          a new run from its parameters with `ddl train --init-from {} --out NEW`",
                         dir.display(),
                         super::checkpoint::OPTIM_FILE,
-                        dir.display()
+                        crate::shell_word(dir)
                     ),
                 }
             }

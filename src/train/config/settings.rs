@@ -67,7 +67,8 @@ impl RunConfig {
                     if ["variants", "seeds"].iter().all(|s| overlay_copy.contains_key(*s)) {
                         hint = format!(
                             "; {origin} is an experiment spec (variants, seeds, steps), not a run's settings: run \
-                             it with `ddl experiment --spec {origin} --out DIR`"
+                             it with `ddl experiment --spec {} --out DIR`",
+                            crate::shell_word(origin)
                         );
                     }
                     // The closest top-level key, as a table's unknown key gets its closest (it got

@@ -177,7 +177,8 @@ fn not_a_corpus(path: &Path) -> String {
     }
     if super::checkpoint::is_run(path) {
         return format!(
-            "; '{shown}' is a run's folder, not text (`ddl info --checkpoint {shown}` names the data it trained on)"
+            "; '{shown}' is a run's folder, not text (`ddl info --checkpoint {}` names the data it trained on)",
+            crate::shell_word(path)
         );
     }
     let bins = std::fs::read_dir(path)

@@ -18,7 +18,7 @@ pub fn check_init_tokenizer(
              --out DIR TEXT…` takes the checkpoint for its tokenizer)",
             from.display(),
             tok.vocab_size(),
-            from.display()
+            crate::shell_word(from)
         ))
     };
     if run.tokenizer != "char" && !run.tokenizer.is_empty() {

@@ -245,7 +245,7 @@ pub fn evaluate_checkpoint(gpu: &Arc<Gpu>, dir: &Path, req: &EvalRequest) -> Res
                              the checkpoint (`ddl train --resume {}` writes them to config.toml again)",
                             cfg_path.display(),
                             e.message().trim(),
-                            dir.display()
+                            crate::shell_word(dir)
                         );
                         Some(r)
                     }
@@ -293,6 +293,9 @@ pub fn evaluate_checkpoint(gpu: &Arc<Gpu>, dir: &Path, req: &EvalRequest) -> Res
                 let e = match e {
                     // (Ctrl-C: said as such, exit 130.)
                     e @ TrainError::Data(data::DataError::CacheInterrupted(_)) => return e,
+                    // (The data is there; the cache it is tokenised into is not writable: its own
+                    // remedy, not "restore the data".)
+                    e @ TrainError::Data(data::DataError::Cache { .. }) => return e,
                     // (Its remedy names `ddl train --corpus`.)
                     TrainError::Data(data::DataError::Missing(_)) => "it does not exist".to_string(),
                     e => e.to_string(),

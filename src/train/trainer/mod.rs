@@ -183,7 +183,7 @@ impl<'c> Trainer<'c> {
                 Some(s) => format!(
                     "The checkpoint of step {s} in '{}' is intact: `ddl train --resume {}` continues from it",
                     out.display(),
-                    out.display()
+                    crate::shell_word(&out)
                 ),
                 None => "No checkpoint had been written yet".to_string(),
             };
@@ -483,16 +483,19 @@ impl<'c> Trainer<'c> {
     /// What a failed save leaves, and how to go on (the folder may be gone, or hold no
     /// checkpoint yet).
     fn kept_after_failed_save(&self) -> String {
-        let out = self.out.display();
+        let (out, word) = (self.out.display(), crate::shell_word(&self.out));
         match self.last_saved {
-            _ if !self.out.is_dir() => format!("The run folder '{out}' no longer exists: nothing of the run is left"),
+            _ if !self.out.is_dir() => format!(
+                "The run folder '{out}' no longer exists (moved or removed while the run trained): what it held went \
+                 with it; where it was moved, `ddl train --resume NEW_PLACE` continues the run"
+            ),
             Some(s) => format!(
                 "The checkpoint of step {s} in '{out}' is intact; free disk space or fix the folder's permissions, \
-                 then continue with `ddl train --resume {out}`"
+                 then continue with `ddl train --resume {word}`"
             ),
             None => format!(
                 "No checkpoint had been written yet; free disk space or fix the folder's permissions, then start \
-                 the run again (`ddl train … --out {out} --overwrite`)"
+                 the run again (`ddl train … --out {word} --overwrite`)"
             ),
         }
     }
@@ -523,10 +526,10 @@ impl<'c> Trainer<'c> {
         // The step's checkpoint is in the run folder now: a failure to keep its copy (or mark
         // it best) leaves this step's, not the one before (which the message said).
         self.last_saved = Some(step);
-        let out = self.out.display();
+        let (out, word) = (self.out.display(), crate::shell_word(&self.out));
         let kept = format!(
             "The checkpoint of step {step} itself is saved in '{out}' (what failed is its copy under checkpoints/); \
-             free disk space or fix the folder's permissions, then continue with `ddl train --resume {out}`"
+             free disk space or fix the folder's permissions, then continue with `ddl train --resume {word}`"
         );
         checkpoint::keep_step(&self.out, step, self.t.checkpoint_keep).map_err(|source| TrainError::Save {
             step,

@@ -339,9 +339,13 @@ impl<'c> Trainer<'c> {
         let tuned = crate::kernels::matmul::autotune::tuned();
         let tuned_line = (tuned.0 > tuned0.0).then(|| {
             format!(
-                "tuned the matmul tiles of {} product shape(s) in {:.0} s; later runs on this adapter reuse them",
+                "tuned the matmul tiles of {} product shape(s) in {:.0} s; {}",
                 tuned.0 - tuned0.0,
-                tuned.1 - tuned0.1
+                tuned.1 - tuned0.1,
+                match crate::kernels::matmul::autotune::kept() {
+                    true => "later runs on this adapter reuse them",
+                    false => "not kept (the warning above says why): later runs measure again",
+                }
             )
         });
         crate::train::progress::trace_memory("the programs' creation", rss0, gpu.stats.live());
