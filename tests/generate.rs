@@ -438,10 +438,10 @@ fn standard_input_that_is_a_folder_or_a_terminal_is_said() {
     {
         use std::io::{BufRead, Write};
         use std::os::fd::FromRawFd;
-        use std::ptr::{null, null_mut};
+        use std::ptr::null_mut;
         let (mut master, mut slave) = (0, 0);
         // SAFETY: openpty writes two new file descriptors, each then owned by one File.
-        assert_eq!(unsafe { libc::openpty(&mut master, &mut slave, null_mut(), null(), null()) }, 0);
+        assert_eq!(unsafe { libc::openpty(&mut master, &mut slave, null_mut(), null_mut(), null_mut()) }, 0);
         let (mut master, slave) = unsafe { (std::fs::File::from_raw_fd(master), std::fs::File::from_raw_fd(slave)) };
         let mut child = ddl(&dir)
             .args(["tokenizer", "encode", "--tokenizer", r, "--text", "-"])

@@ -249,7 +249,8 @@ fn say(line: &str) {
     let _ = writeln!(std::io::stderr(), "{line}");
 }
 
-#[cfg(test)]
+// (Its tests need unix's file names and hard links: on other platforms there is none.)
+#[cfg(all(test, unix))]
 mod tests {
     use super::*;
 

@@ -275,7 +275,8 @@ pub fn mark_best(run: &Path, best: &Best) -> Result<(), CheckpointError> {
     snapshot(run, &tmp, &kept.join(BEST_DIR), Some((BEST_FILE, &record))).map_err(io)
 }
 
-#[cfg(test)]
+// (Its tests need unix's file names and hard links: on other platforms there is none.)
+#[cfg(all(test, unix))]
 mod tests {
     use super::*;
 
