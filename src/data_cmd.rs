@@ -286,6 +286,29 @@ pub(super) fn inspect_cmd(
     Ok(())
 }
 
+/// What could not be removed of the shard cache `root`: each folder with its error, or, where
+/// every one failed for the same reason (a read-only disk: 20 folders said "Read-only file
+/// system" 20 times), the reason once with the folders counted.
+fn removal_failures(root: &std::path::Path, failed: &[(std::path::PathBuf, String)]) -> String {
+    let n = ddl::plural(failed.len(), "folder");
+    let remedy = "remove them by hand, or check the cache's permissions";
+    match failed {
+        [(_, first), rest @ ..] if !rest.is_empty() && rest.iter().all(|(_, e)| e == first) => {
+            let read_only = if first.contains("Read-only file system") {
+                " (the cache is on a read-only disk: make it writable, or point DDL_CACHE_DIR at another folder for \
+                 new sets)"
+            } else {
+                ""
+            };
+            format!("could not remove {n} of the shard cache in {}: {first}{read_only}; {remedy}", root.display())
+        }
+        _ => {
+            let what: Vec<String> = failed.iter().map(|(d, e)| format!("{}: {e}", d.display())).collect();
+            format!("could not remove {n} of the shard cache: {} ({remedy})", what.join("; "))
+        }
+    }
+}
+
 /// `ddl data cache`: the shard cache listed, or pruned (`remove`).
 pub(super) fn cache_cmd(remove: bool, p: ddl::train::cache::Prune, json: bool) -> Result<()> {
     use ddl::train::cache::{State, age, count, list, prune, reason, size};
@@ -327,13 +350,7 @@ pub(super) fn cache_cmd(remove: bool, p: ddl::train::cache::Prune, json: bool) -
             );
         }
         if !out.failed.is_empty() {
-            let what: Vec<String> = out.failed.iter().map(|(d, e)| format!("{}: {e}", d.display())).collect();
-            anyhow::bail!(
-                "could not remove {} folder(s) of the shard cache: {} (remove them by hand, or check the cache's \
-                 permissions)",
-                out.failed.len(),
-                what.join("; ")
-            );
+            anyhow::bail!("{}", removal_failures(&root, &out.failed));
         }
         return Ok(());
     }
@@ -429,4 +446,24 @@ pub(super) fn refuse_pipe(flag: &str, path: &std::path::Path, what: &str) -> Res
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    /// Folders that failed for one reason are said once, with the count (a read-only cache said
+    /// "Read-only file system" once a folder); different reasons each with their folder.
+    #[test]
+    fn removal_failures_say_a_shared_reason_once() {
+        let root = std::path::Path::new("/c/shards");
+        let ro = "Read-only file system (os error 30)".to_string();
+        let same: Vec<_> = (0..20).map(|i| (root.join(format!("s{i}")), ro.clone())).collect();
+        let t = super::removal_failures(root, &same);
+        assert_eq!(t.matches("Read-only").count(), 1, "{t}");
+        assert!(t.starts_with("could not remove 20 folders of the shard cache in /c/shards: Read-only"), "{t}");
+        assert!(t.contains("point DDL_CACHE_DIR at another folder"), "{t}");
+        let mixed = vec![(root.join("a"), "Permission denied".to_string()), (root.join("b"), ro)];
+        let t = super::removal_failures(root, &mixed);
+        let want = format!("{}: Permission denied; {}: Read-only", root.join("a").display(), root.join("b").display());
+        assert!(t.contains(&want), "{t}");
+    }
 }
