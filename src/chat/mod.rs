@@ -78,7 +78,7 @@ impl ChatSettings {
                 Ok(v) if v.is_finite() && (v as f32).is_infinite() => {
                     Err(format!("{name} {value}: past the largest value taken ({:e})", f32::MAX))
                 }
-                Ok(_) => value.parse::<f32>().map_err(|_| bad(want)),
+                Ok(v) => Ok(v as f32),
                 Err(_) => Err(bad(want)),
             }
         };

@@ -256,7 +256,6 @@ mod tests {
 
     /// A resumed run whose folder is a hard-linked copy's twin (`cp -al runs/a runs/b`, a
     /// snapshot by `rsync --link-dest`) appended its lines to the copy's `metrics.jsonl` too.
-    #[cfg(unix)]
     #[test]
     fn a_resumed_runs_metrics_are_its_own_not_a_hard_linked_copys() {
         let dir = crate::testing::scratch_dir("metrics-linked");

@@ -283,7 +283,6 @@ mod tests {
     /// A run whose folder's name is not UTF-8 (`runs/x\xffy`, which Linux allows): its second
     /// best checkpoint replaced the first through a path made from the name's lossy display, and
     /// the save failed ("cannot read or write 'runs/x\u{fffd}y/checkpoints/best': No such file").
-    #[cfg(unix)]
     #[test]
     fn a_folder_whose_name_is_not_utf8_keeps_its_best_checkpoint_again() {
         use std::os::unix::ffi::OsStrExt;
