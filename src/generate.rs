@@ -32,6 +32,16 @@ impl Default for SamplerConfig {
 }
 
 impl SamplerConfig {
+    /// A sampling number as the settings hold it (f32), or why not: one past f32's range (1e39)
+    /// became inf, which the range check said as "got inf", not as the value given (the command
+    /// line's flags and chat's `/set` say the value before this).
+    pub fn number(v: f64) -> std::result::Result<f32, String> {
+        match v as f32 {
+            x if x.is_infinite() && v.is_finite() => Err(format!("past the largest value taken ({:e})", f32::MAX)),
+            x => Ok(x),
+        }
+    }
+
     /// Checks the ranges; the message names the flag.
     pub fn validate(&self) -> std::result::Result<(), String> {
         if !(self.temperature >= 0.0 && self.temperature.is_finite()) {

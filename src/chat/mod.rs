@@ -72,15 +72,9 @@ impl ChatSettings {
         // (Spaces around a value are not part of it, except a stop text's own: `/set stop ab `.)
         let value = if name == "stop" && value.trim() != "none" { value } else { value.trim() };
         let bad = |want: &str| format!("{name} {value:?}: expected {want}");
-        // (A number past f32's range became inf, said as "got inf", not as the value given.)
         let number = |want: &str| -> Result<f32, String> {
-            match value.parse::<f64>() {
-                Ok(v) if v.is_finite() && (v as f32).is_infinite() => {
-                    Err(format!("{name} {value}: past the largest value taken ({:e})", f32::MAX))
-                }
-                Ok(v) => Ok(v as f32),
-                Err(_) => Err(bad(want)),
-            }
+            let v = value.parse::<f64>().map_err(|_| bad(want))?;
+            SamplerConfig::number(v).map_err(|e| format!("{name} {value}: {e}"))
         };
         match name {
             "temperature" => next.sampler.temperature = number("a number ≥ 0 (0 = greedy)")?,

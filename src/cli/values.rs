@@ -57,13 +57,7 @@ pub(super) fn bucket_mib(s: &str) -> Result<f64, String> {
 /// ranges are checked with the sampling's other settings).
 pub(super) fn sampling_number(s: &str) -> Result<f32, String> {
     let v = number(s, "a number (e.g. 0.8)")?;
-    // (A value past f32's range became inf, and the range check said "got inf", not the value given.)
-    match v as f32 {
-        x if x.is_infinite() && v.is_finite() => {
-            Err(format!("{} is past the largest value taken ({:e})", s.trim(), f32::MAX))
-        }
-        x => Ok(x),
-    }
+    ddl::generate::SamplerConfig::number(v).map_err(|e| format!("{} is {e}", s.trim()))
 }
 
 /// `data prepare --val-fraction`: a share of the tokens (its range is checked by the command).
@@ -110,33 +104,9 @@ pub(super) fn whole_u64(s: &str) -> Result<u64, String> {
     }
 }
 
-/// `train --tokens`: a token count ≥ 1 as people write one: `5000000`, `5M`, `2.5B` (k, M, G or B,
-/// T: powers of 1000), `1e9`.
+/// `train --tokens`: a token count ≥ 1 as people write one (`ddl::train::cache::parse_count`).
 pub(super) fn token_count(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let (num, scale) = match t.char_indices().last() {
-        Some((i, c)) if c.is_ascii_alphabetic() && !t[..i].ends_with(['e', 'E']) => {
-            let scale = match c {
-                'k' | 'K' => 1e3,
-                'M' => 1e6,
-                'G' | 'B' => 1e9,
-                'T' => 1e12,
-                _ => {
-                    return Err(format!(
-                        "'{s}': expected a token count such as 5000000, 5M, 2.5B or 1e9 (k, M, G or B, T)"
-                    ));
-                }
-            };
-            (&t[..i], scale)
-        }
-        _ => (t, 1.0),
-    };
-    match num.trim().parse::<f64>() {
-        Ok(v) if v.is_finite() && v * scale >= 1.0 && v * scale <= 1e18 => Ok((v * scale).round() as u64),
-        Ok(v) if v.is_finite() && v * scale > 1e18 => Err(format!("{s}: at most 1e18 tokens")),
-        Ok(_) => Err(format!("{s}: at least 1 token")),
-        Err(_) => Err(format!("'{s}': expected a token count such as 5000000, 5M, 2.5B or 1e9 (k, M, G or B, T)")),
-    }
+    ddl::train::cache::parse_count(s)
 }
 
 /// `bench generate --contexts`: a context to time one token at holds it and one before (≥ 2).

@@ -523,6 +523,35 @@ pub fn age(d: Duration) -> String {
     }
 }
 
+/// Parses a token count ≥ 1 as people write one (`train --tokens`, an experiment spec's `tokens`): `5000000`, `5M`, `2.5B` (k, M, G or B,
+/// T: powers of 1000), `1e9`.
+pub fn parse_count(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let (num, scale) = match t.char_indices().last() {
+        Some((i, c)) if c.is_ascii_alphabetic() && !t[..i].ends_with(['e', 'E']) => {
+            let scale = match c {
+                'k' | 'K' => 1e3,
+                'M' => 1e6,
+                'G' | 'B' => 1e9,
+                'T' => 1e12,
+                _ => {
+                    return Err(format!(
+                        "'{s}': expected a token count such as 5000000, 5M, 2.5B or 1e9 (k, M, G or B, T)"
+                    ));
+                }
+            };
+            (&t[..i], scale)
+        }
+        _ => (t, 1.0),
+    };
+    match num.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() && v * scale >= 1.0 && v * scale <= 1e18 => Ok((v * scale).round() as u64),
+        Ok(v) if v.is_finite() && v * scale > 1e18 => Err(format!("{s}: at most 1e18 tokens")),
+        Ok(_) => Err(format!("{s}: at least 1 token")),
+        Err(_) => Err(format!("'{s}': expected a token count such as 5000000, 5M, 2.5B or 1e9 (k, M, G or B, T)")),
+    }
+}
+
 /// Parses a span: a number with a unit, `s`, `m` (minutes), `h`, `d` or `w` (`30d`, `12h`, `1e3d`).
 pub fn parse_span(s: &str) -> Result<Duration, String> {
     let t = s.trim();
