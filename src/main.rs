@@ -353,7 +353,7 @@ fn experiment(
         println!(
             "{} of {}, preset {} ({} in {}: {finished} finished, {} to resume, {new} new):",
             ddl::plural(total, "run"),
-            ddl::plural(spec.steps, "step"),
+            spec.length_words(),
             spec.preset,
             // (Runs restored into a folder without the spec are an experiment's too.)
             if out.join("experiment.toml").exists() || out.join("runs").is_dir() {

@@ -401,6 +401,11 @@ fn bad_specs_are_clear_errors() {
     // One run of the spec is "1 run", not "1 runs".
     let r = ddl(&dir, &["experiment", "--spec", good.to_str().unwrap(), "--out", "o", "--dry-run"]);
     assert!(r.status.success() && text(&r).contains("1 run of 3 steps, preset tiny"), "{}", text(&r));
+    // `tokens` instead of `steps`: the dry run says the steps they give and the tokens.
+    let by_tokens = dir.join("tokens.toml");
+    std::fs::write(&by_tokens, "preset = \"tiny\"\nvariants = [\"ddl\"]\nseeds = [1]\ntokens = \"0.2k\"\n").unwrap();
+    let r = ddl(&dir, &["experiment", "--spec", by_tokens.to_str().unwrap(), "--out", "o", "--dry-run"]);
+    assert!(r.status.success() && text(&r).contains("1 run of 1 step (tokens = 200, 768 a step)"), "{}", text(&r));
     // --dry-run beside --report-only or --speed listed the runs and did neither: refused.
     for other in ["--report-only", "--speed"] {
         let r = ddl(&dir, &["experiment", "--spec", good.to_str().unwrap(), "--out", "o", "--dry-run", other]);

@@ -28,9 +28,15 @@ pub struct ExperimentSpec {
     /// More seeds for some variants (e.g. the core comparison), as `variant = [seeds]`.
     #[serde(default)]
     pub extra_seeds: BTreeMap<String, Vec<u64>>,
-    /// Optimizer steps of every run (also the schedule's length unless `[train] decay_steps` is set).
-    #[serde(deserialize_with = "at_least_one")]
+    /// Optimizer steps of every run (also the schedule's length unless `[train] decay_steps` is set);
+    /// 0 only while a spec that gives `tokens` instead is read (`parse` resolves it).
+    #[serde(default, deserialize_with = "at_least_one")]
     pub steps: usize,
+    /// The tokens every run sees instead of `steps` (`5000000`, `"5M"`, `"2.5B"`): the step where a
+    /// run has seen them (÷ batch_size × seq_len × grad_accum, rounded up). Kept beside the steps
+    /// it resolved to in the grid's copy of the spec.
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "token_count")]
+    pub tokens: Option<u64>,
     /// Corpus and tokenizer (default: the preset's, TinyShakespeare and `char`).
     #[serde(default)]
     pub corpus: Option<String>,
@@ -63,6 +69,30 @@ fn at_least_one<'de, D: serde::Deserializer<'de>>(d: D) -> Result<usize, D::Erro
         .ok()
         .filter(|n| *n >= 1)
         .ok_or_else(|| serde::de::Error::invalid_value(serde::de::Unexpected::Signed(n), &"a whole number ≥ 1"))
+}
+
+/// A token count: a whole number (`5000000`) or one as `ddl train --tokens` takes it (`"5M"`).
+fn token_count<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    struct Count;
+    impl serde::de::Visitor<'_> for Count {
+        type Value = Option<u64>;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a token count: a whole number (5000000) or text such as \"5M\", \"2.5B\"")
+        }
+        fn visit_i64<E: serde::de::Error>(self, n: i64) -> Result<Self::Value, E> {
+            self.visit_str(&n.to_string())
+        }
+        fn visit_u64<E: serde::de::Error>(self, n: u64) -> Result<Self::Value, E> {
+            self.visit_str(&n.to_string())
+        }
+        fn visit_f64<E: serde::de::Error>(self, x: f64) -> Result<Self::Value, E> {
+            self.visit_str(&x.to_string())
+        }
+        fn visit_str<E: serde::de::Error>(self, t: &str) -> Result<Self::Value, E> {
+            crate::train::cache::parse_count(t).map(Some).map_err(|e| E::custom(format!("tokens = {e}")))
+        }
+    }
+    d.deserialize_any(Count)
 }
 
 fn is_zero(n: &usize) -> bool {
@@ -139,7 +169,7 @@ impl ExperimentSpec {
                 "[[{k}]] is an array of tables; the settings go in one table: write [{k}] with single brackets"
             )));
         }
-        let spec: ExperimentSpec = toml::from_str(text).map_err(|e| {
+        let mut spec: ExperimentSpec = toml::from_str(text).map_err(|e| {
             let msg = crate::train::config::plain_serde_message(&e.to_string());
             // (A key the spec must have: the four it always names, and an example.)
             if msg.contains("missing key `") {
@@ -152,6 +182,7 @@ impl ExperimentSpec {
             }
         })?;
         spec.check().map_err(err)?;
+        spec.resolve_tokens().map_err(err)?;
         // The data files must exist now, before the experiment's folder is written.
         if let Some(c) = &spec.corpus
             && c != crate::train::data::DEFAULT_CORPUS
@@ -184,6 +215,65 @@ impl ExperimentSpec {
             return Err(err(if everywhere { m.clone() } else { format!("variant {v}: {m}") }));
         }
         Ok(spec)
+    }
+
+    /// `tokens` instead of `steps`: the steps it takes (its global batch's tokens a step, the first
+    /// variant's: the grid's runs share batch and context). Both given must agree (the grid's own
+    /// copy of a spec keeps both); neither is refused.
+    fn resolve_tokens(&mut self) -> Result<(), String> {
+        let Some(tokens) = self.tokens else {
+            if self.steps == 0 {
+                return Err("missing `steps`: a spec names at least preset, variants, seeds and steps (or tokens = \
+                            \"5M\" instead of steps: the step where each run has seen them), e.g. \
+                            experiments/shakespeare.toml (docs/TRAINING.md, \"Experiments\")"
+                    .into());
+            }
+            return Ok(());
+        };
+        let Some(per_step) = self.tokens_per_step() else {
+            // (A setting that does not resolve: said by the spec's run checks, by variant.)
+            if self.steps == 0 {
+                self.steps = 1 << 40;
+            }
+            return Ok(());
+        };
+        let steps = usize::try_from(tokens.div_ceil(per_step)).unwrap_or(usize::MAX).max(1);
+        if self.steps != 0 && self.steps != steps {
+            return Err(format!(
+                "steps = {} and tokens = {} disagree: {} tokens are {} of {} tokens (batch_size × seq_len × \
+                 grad_accum); give one of them",
+                self.steps,
+                tokens,
+                crate::train::cache::count(tokens),
+                crate::plural(steps, "step"),
+                crate::train::cache::count(per_step)
+            ));
+        }
+        self.steps = steps;
+        Ok(())
+    }
+
+    /// The tokens one step of the grid's runs sees (its global batch), if the first variant's
+    /// settings resolve.
+    pub fn tokens_per_step(&self) -> Option<u64> {
+        let v = *self.variant_list().ok()?.first()?;
+        // (Any length will do: the batch does not depend on it.)
+        let probe = ExperimentSpec { steps: 1 << 40, ..self.clone() };
+        let t = probe.run_config(v, self.seeds.first().copied().unwrap_or(1)).ok()?.train;
+        Some(t.batch_size as u64 * t.seq_len as u64 * t.grad_accum as u64)
+    }
+
+    /// The runs' length as the grid says it: "250 steps", or "153 steps (tokens = 5M, 32.8 k a step)".
+    pub fn length_words(&self) -> String {
+        let steps = crate::plural(self.steps, "step");
+        match (self.tokens, self.tokens_per_step()) {
+            (Some(t), Some(per)) => format!(
+                "{steps} (tokens = {}, {} a step)",
+                crate::train::cache::count(t),
+                crate::train::cache::count(per)
+            ),
+            _ => steps,
+        }
     }
 
     pub(super) fn check(&self) -> Result<(), String> {
@@ -414,6 +504,38 @@ fn spec_words(remedy: &str) -> String {
 mod tests {
     use super::*;
     use crate::experiment::test_support::spec;
+
+    /// `tokens` instead of `steps`: the step where each run has seen them (rounded up), written as
+    /// `ddl train --tokens` takes them or as a whole number; both given must agree (the grid's own
+    /// copy keeps both and reads back); neither, or a count that is no count, is refused by name.
+    #[test]
+    fn tokens_give_the_steps() {
+        let head = "preset = \"tiny\"\nvariants = [\"baseline\", \"ddl\"]\nseeds = [1]\n";
+        let parse = |extra: &str| ExperimentSpec::parse(&format!("{head}{extra}"), Path::new("s.toml"));
+        let per = parse("steps = 1\n").unwrap().tokens_per_step().unwrap();
+        let t = parse("steps = 1\n").unwrap().run_config(Variant::Ddl, 1).unwrap().train;
+        assert_eq!(per, (t.batch_size * t.seq_len * t.grad_accum) as u64);
+        // 10 steps' tokens and one more: 11 steps; "0.2k" and 200 the same.
+        let s = parse(&format!("tokens = {}\n", 10 * per + 1)).unwrap();
+        assert_eq!((s.steps, s.tokens), (11, Some(10 * per + 1)));
+        assert_eq!(parse("tokens = \"0.2k\"\n").unwrap().steps, parse("tokens = 200\n").unwrap().steps);
+        assert!(s.length_words().starts_with("11 steps (tokens = "), "{}", s.length_words());
+        // The schedule spans the resolved steps.
+        assert_eq!(s.run_config(Variant::Ddl, 1).unwrap().train.decay_steps, 11);
+        // The grid's copy (serialized with both) reads back the same.
+        let copy = toml::to_string(&s).unwrap();
+        assert!(copy.contains("steps = 11") && copy.contains("tokens = "), "{copy}");
+        assert_eq!(ExperimentSpec::parse(&copy, Path::new("copy.toml")).unwrap(), s);
+        let e = parse(&format!("steps = 3\ntokens = {}\n", 10 * per)).unwrap_err().to_string();
+        assert!(e.contains("steps = 3 and tokens = ") && e.contains("10 steps") && e.contains("give one"), "{e}");
+        let e = parse("").unwrap_err().to_string();
+        assert!(e.contains("missing `steps`") && e.contains("tokens = \"5M\""), "{e}");
+        for (bad, needle) in [("\"5X\"", "expected a token count"), ("0", "at least 1 token"), ("true", "token count")]
+        {
+            let e = parse(&format!("tokens = {bad}\n")).unwrap_err().to_string();
+            assert!(e.contains(needle) && e.contains("s.toml"), "tokens = {bad}: {e}");
+        }
+    }
 
     /// A setting out of range is said where the spec sets it, with its remedy in the spec's keys
     /// (the messages were `ddl train`'s: `--set train.batch_size=VALUE`, `--preset NAME`), and
