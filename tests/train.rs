@@ -586,6 +586,24 @@ fn a_dry_run_says_what_training_would_do_and_writes_nothing() {
     );
     let plan_params = ddl::model::Layout::new(&cfg.model).count();
     assert!(plan.contains(&format!("{} parameters", describe_count(plan_params))), "{plan}");
+    // --epochs: the corpus not yet tokenised is tokenised to count its training split (a dry run
+    // into a folder it removes: the cache stays empty); the steps are checked against data.json below.
+    let (code, plan, all) = train(&["--epochs", "0.5", "--dry-run"]);
+    assert_eq!(code, Some(0), "{all}");
+    let epoch_steps: usize = all
+        .split_once("--epochs 0.5: ")
+        .and_then(|(_, r)| r.split_once(' '))
+        .and_then(|(n, _)| n.replace(' ', "").parse().ok())
+        .unwrap_or_else(|| panic!("no --epochs line in {all}"));
+    assert!(plan.contains(&format!("({epoch_steps} to train)")) && plan.contains("0.50 epochs"), "{plan}");
+    for (bad, says) in [("0", "above 0"), ("-1", "above 0"), ("x", "a number of passes")] {
+        let (code, _, all) = train(&["--epochs", bad, "--dry-run"]);
+        assert!(code == Some(2) && all.contains(says), "{bad}: {all}");
+    }
+    for other in [["--steps", "3"], ["--tokens", "1k"]] {
+        let (code, _, all) = train(&["--epochs", "1", other[0], other[1], "--dry-run"]);
+        assert!(code == Some(2) && all.contains("cannot be used with"), "{all}");
+    }
     assert!(!out.exists() && !dir.join("cache").exists(), "a dry run writes nothing");
     // Trained for two steps; then resuming it, with the corpus's set cached: its tokens and epochs.
     let (code, _, all) = train(&["--steps", "2"]);
@@ -602,6 +620,11 @@ fn a_dry_run_says_what_training_would_do_and_writes_nothing() {
     let data: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("data.json")).unwrap()).unwrap();
     let train_tokens = data["train_tokens"].as_u64().unwrap();
+    assert_eq!(epoch_steps, (0.5 * train_tokens as f64 / 32.0).ceil() as usize, "--epochs 0.5's steps");
+    let o = ddl_cmd(&dir).args(["train", "--resume"]).arg(&out).args(["--epochs", "1", "--dry-run"]).output().unwrap();
+    let said = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    let whole = train_tokens.div_ceil(32);
+    assert!(o.status.success() && said.contains(&format!("({} to train)", whole - 2)), "{said}");
     let line = format!("{} training tokens", describe_count(train_tokens as usize));
     assert!(
         plan.contains(&line) && plan.contains(&format!("{:.2} epochs", 5.0 * 32.0 / train_tokens as f64)),

@@ -580,6 +580,12 @@ pub(crate) struct TrainArgs {
     /// shows the step).
     #[arg(long, allow_negative_numbers = true, value_parser = token_count, conflicts_with = "steps")]
     pub(crate) tokens: Option<u64>,
+    /// Train for this many passes over the training split, instead of --steps: the step where the
+    /// run has seen epochs × the split's tokens (÷ the global batch's tokens, rounded up); 1, 2.5.
+    /// A corpus not yet tokenised is tokenised (and cached, as the run would) before the run opens
+    /// the device to count them (`--dry-run` shows the step).
+    #[arg(long, allow_negative_numbers = true, value_parser = epochs, conflicts_with_all = ["steps", "tokens"])]
+    pub(crate) epochs: Option<f64>,
     /// Seed of the initialisation and the batch order (0 to 2^63 − 1) [default: 1337,
     /// `train.seed`].
     #[arg(long, allow_negative_numbers = true, value_parser = run_seed)]

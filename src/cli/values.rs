@@ -42,6 +42,16 @@ pub(super) fn peak_tflops(s: &str) -> Result<f64, String> {
     }
 }
 
+/// `train --epochs`: passes over the training split, above 0 and at most 10^6 (0.5 and 2.5 are
+/// fine: the run stops at the step where it has seen that share of the split's tokens).
+pub(super) fn epochs(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 && v <= 1e6 => Ok(v),
+        Ok(v) => Err(format!("{v}: expected a number of passes over the training split above 0 (e.g. 1, 2.5)")),
+        Err(_) => Err(format!("'{s}': expected a number of passes over the training split (e.g. 1, 2.5)")),
+    }
+}
+
 /// `--mpi-timeout`: a number of seconds (its range is checked with the other MPI flags).
 pub(super) fn seconds(s: &str) -> Result<f64, String> {
     number(s, "a number of seconds (e.g. 300)")

@@ -224,7 +224,7 @@ pub(crate) fn train(dev: &DeviceArgs, a: TrainArgs) -> Result<()> {
     let steps = match (a.steps, &from) {
         (Some(n), _) => n,
         // (--tokens: the step is resolved once the run's batch is known, below.)
-        (None, _) if a.tokens.is_some() => 0,
+        (None, _) if a.tokens.is_some() || a.epochs.is_some() => 0,
         (None, Some(src)) => ddl::train::saved_target(src).ok_or_else(|| {
             anyhow::anyhow!(
                 "--resume {}: the checkpoint does not record the --steps it was trained towards (it was saved \
@@ -553,6 +553,8 @@ pub(crate) fn train(dev: &DeviceArgs, a: TrainArgs) -> Result<()> {
         .as_deref()
         .and_then(|src| ddl::train::resume_data_problem(&run, src, a.corpus.is_some(), a.data.is_some()));
     // --tokens: the step where the run has seen that many (its global batch's tokens a step).
+    // (--epochs: the epochs by the last step, for a dry run's plan whose corpus is not cached.)
+    let mut by_epochs = None;
     let (steps, a) = match a.tokens {
         Some(tokens) => {
             let per_step = run.train.batch_size as u64 * run.train.seq_len as u64 * run.train.grad_accum as u64;
@@ -573,7 +575,31 @@ pub(crate) fn train(dev: &DeviceArgs, a: TrainArgs) -> Result<()> {
             }
             (steps, TrainArgs { steps: Some(steps), ..a })
         }
-        None => (steps, a),
+        None => match a.epochs {
+            // --epochs: the step where the run has seen that many passes over its training split.
+            Some(epochs) => {
+                let per_step = run.train.batch_size as u64 * run.train.seq_len as u64 * run.train.grad_accum as u64;
+                let train = ddl::train::data::train_tokens(&run, from.as_deref(), !a.dry_run)?;
+                let steps = ((epochs * train as f64 / per_step as f64).ceil() as usize).max(1);
+                if launched_rank() == 0 {
+                    use ddl::train::describe::count;
+                    eprintln!(
+                        "--epochs {epochs}: {} {} of {} tokens (batch_size {} × seq_len {} × grad_accum {}), {epochs} × \
+                         the training split's {} tokens",
+                        count(steps as u64),
+                        if steps == 1 { "step" } else { "steps" },
+                        count(per_step),
+                        run.train.batch_size,
+                        run.train.seq_len,
+                        run.train.grad_accum,
+                        count(train)
+                    );
+                }
+                by_epochs = Some(steps as f64 * per_step as f64 / train as f64);
+                (steps, TrainArgs { steps: Some(steps), ..a })
+            }
+            None => (steps, a),
+        },
     };
     // `--distributed mpi`'s own flags: a dry run refuses what the run would (it said nothing of
     // a `--mpi-bucket-mib -1` the run then refused).
@@ -596,6 +622,7 @@ pub(crate) fn train(dev: &DeviceArgs, a: TrainArgs) -> Result<()> {
             }
             (plan, why) => {
                 let mut plan = plan?;
+                plan.epochs = plan.epochs.or(by_epochs);
                 plan.refused = plan.refused.or(why).or(unshared);
                 plan
             }
@@ -620,9 +647,10 @@ pub(crate) fn train(dev: &DeviceArgs, a: TrainArgs) -> Result<()> {
     {
         let done = ddl::train::finished_summary(src, at);
         // (--tokens said as given, with the step it came to.)
-        let given = match a.tokens {
-            Some(t) => format!("--tokens {}: step {steps}", ddl::train::describe::count(t)),
-            None => format!("--steps {steps}"),
+        let given = match (a.tokens, a.epochs) {
+            (Some(t), _) => format!("--tokens {}: step {steps}", ddl::train::describe::count(t)),
+            (_, Some(e)) => format!("--epochs {e}: step {steps}"),
+            _ => format!("--steps {steps}"),
         };
         let said = if branch.is_some() {
             Some(format!(

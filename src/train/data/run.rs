@@ -359,6 +359,55 @@ pub fn corpus_record(
     Ok(record(tokens_identity(&m), m.train_tokens, m.val_tokens, run))
 }
 
+/// The training split's tokens of the data `run` trains on (`ddl train --epochs`): counted as
+/// [`preview`] counts them (shards' headers, the corpus's cached set), else the corpus tokenised
+/// into its cached set now, as the run would (`write_cache`; a dry run tokenises into a
+/// temporary folder removed after). `from`: a resumed run's checkpoint, whose tokenizer it is;
+/// a run started `--init-from` takes that checkpoint's. A corpus that can be read only once (a
+/// pipe) is refused: the run could not read it again.
+pub fn train_tokens(
+    run: &crate::train::RunConfig,
+    from: Option<&Path>,
+    write_cache: bool,
+) -> Result<u64, crate::train::TrainError> {
+    let init = (!run.init_from.is_empty()).then(|| PathBuf::from(&run.init_from));
+    let given = match from.or(init.as_deref()) {
+        Some(dir) => Some(crate::train::checkpoint::saved_tokenizer(dir)?),
+        None => None,
+    };
+    if let Some((train, _)) = preview(run, given.as_ref())?.tokens {
+        return Ok(train);
+    }
+    // (A corpus that cannot be read is said by the tokenising below, as the run says it.)
+    if corpus_files(Path::new(&run.corpus)).is_ok_and(|files| files.iter().any(|f| is_pipe(f))) {
+        return Err(crate::train::TrainError::Settings(format!(
+            "--epochs: the corpus {} is a pipe, whose text can be read only once, and --epochs needs its size before the run reads it: give --steps or --tokens, or save the text to a file first",
+            run.corpus
+        )));
+    }
+    let root = crate::cache_dir().join("shards");
+    let scratch = (!write_cache).then(|| {
+        static NTH: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let nth = NTH.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        std::env::temp_dir().join(format!("ddl-epochs-{}-{nth}", std::process::id()))
+    });
+    let made = find_or_make_set(
+        scratch.as_deref().unwrap_or(&root),
+        &run.corpus,
+        &run.tokenizer,
+        given.as_ref(),
+        run.train.val_fraction,
+        CORPUS_CHUNK,
+    );
+    let meta = made.and_then(|(dir, _)| {
+        read_meta(&dir)?.ok_or_else(|| DataError::Meta { path: dir, msg: "no meta.json".into() }.into())
+    });
+    if let Some(d) = &scratch {
+        let _ = std::fs::remove_dir_all(d);
+    }
+    Ok(meta?.train_tokens as u64)
+}
+
 /// The record `data.json` a run folder keeps of the data it trains on: what identifies it (the
 /// cache key or the shards' fingerprint, the split sizes) and where it came from.
 pub fn data_record(ds: &Dataset, run: &crate::train::RunConfig) -> serde_json::Value {
