@@ -3,6 +3,7 @@
 
 mod compile_check;
 mod context;
+mod describe;
 mod error;
 mod kernel;
 mod recorder;
