@@ -10,6 +10,7 @@
 //! same tokenizer; only the architecture (and so the initialisation) differs.
 
 mod ablation;
+mod folder;
 mod grid;
 mod length;
 mod report;
@@ -26,7 +27,8 @@ use crate::gpu::Gpu;
 use crate::model::Variant;
 use crate::train::TrainError;
 
-pub use grid::{beta_regimes, check_out, run, run_state, runs_to_do, same_data_as_trained};
+pub use folder::{check_out, same_data_as_trained};
+pub use grid::{beta_regimes, run, run_state, runs_to_do};
 pub use report::{Question, comparison_family, paper_val_loss, verdict};
 pub use spec::ExperimentSpec;
 pub use speed::{SPEED_BLOCKS, SPEED_FILE, measure_speed};
