@@ -419,10 +419,14 @@ impl ExperimentSpec {
         // at the same place.)
         if let Some(n) = train.get("early_stop").filter(|n| n.as_integer() != Some(0)) {
             return Err(format!(
-                "`early_stop = {n}` under [train]: every run of a grid trains the spec's {} steps (its comparisons \
+                "`early_stop = {n}` under [train]: every run of a grid trains the spec's {} (its comparisons \
                  pair runs of the same steps and tokens), and a run stopped early would never count as finished; \
                  remove early_stop (or set it to 0), and choose `steps` by the report's length check",
-                self.steps
+                // (With `tokens`, the steps are not resolved yet while the settings are checked.)
+                match self.tokens {
+                    Some(t) => format!("{} tokens (`tokens`)", crate::train::cache::count(t)),
+                    None => crate::plural(self.steps, "step"),
+                }
             ));
         }
         train.insert("seed".into(), toml::Value::Integer(seed as i64));
@@ -528,6 +532,9 @@ mod tests {
         assert_eq!(ExperimentSpec::parse(&copy, Path::new("copy.toml")).unwrap(), s);
         let e = parse(&format!("steps = 3\ntokens = {}\n", 10 * per)).unwrap_err().to_string();
         assert!(e.contains("steps = 3 and tokens = ") && e.contains("10 steps") && e.contains("give one"), "{e}");
+        // A setting refused while the steps are not resolved: said without them.
+        let e = parse("tokens = \"3k\"\n[train]\nearly_stop = 2\n").unwrap_err().to_string();
+        assert!(e.contains("trains the spec's 3.0 k tokens (`tokens`)") && !e.contains("1099511627776"), "{e}");
         let e = parse("").unwrap_err().to_string();
         assert!(e.contains("missing `steps`") && e.contains("tokens = \"5M\""), "{e}");
         for (bad, needle) in [("\"5X\"", "expected a token count"), ("0", "at least 1 token"), ("true", "token count")]
