@@ -566,6 +566,13 @@ fn a_dry_run_says_what_training_would_do_and_writes_nothing() {
         "{plan}"
     );
     assert!(plan.contains("evaluations: every 2 steps over 1 batches"), "{plan}");
+    // The schedule, and that these 6 steps stop long before its end (the preset's decay_steps).
+    assert!(plan.contains("schedule: lr ") && plan.contains("at step 2000 (train.decay_steps)"), "{plan}");
+    assert!(
+        plan.contains(
+            "note: the learning-rate schedule runs to step 2000 (train.decay_steps), past this run's 6 steps"
+        )
+    );
     // --tokens instead of --steps: the step where the run has seen them (200 ÷ 32, rounded up).
     let (code, plan, all) = train(&["--tokens", "0.2k", "--dry-run"]);
     assert_eq!(code, Some(0), "{all}");

@@ -33,6 +33,10 @@ pub struct DryRun {
     pub tokens_per_step: usize,
     /// Epochs of the training tokens by the last step, where their number is known.
     pub epochs: Option<f64>,
+    /// The learning-rate schedule in words, and what a run that stops before its end leaves of
+    /// it (with the setting that fits it to the run).
+    pub schedule: String,
+    pub schedule_unfinished: Option<String>,
     pub evaluations: String,
     pub checkpoints: String,
     /// The memory plan's total and its parts (bytes), as `ddl info --preset` gives them.
@@ -179,6 +183,8 @@ pub fn dry_run(
         steps,
         tokens_per_step: per_step,
         epochs,
+        schedule: t.schedule_words(),
+        schedule_unfinished: t.unfinished_schedule(steps),
         evaluations,
         checkpoints,
         memory: plan.json(),
@@ -222,6 +228,10 @@ impl DryRun {
             line.push_str(&format!("; {e:.2} epochs of the training tokens by step {}", self.steps));
         }
         out.push(line);
+        out.push(format!("schedule: {}", self.schedule));
+        if let Some(n) = &self.schedule_unfinished {
+            out.push(format!("  note: {n}"));
+        }
         out.push(format!("evaluations: {}", self.evaluations));
         out.push(format!("checkpoints: {}", self.checkpoints));
         out.push(format!(

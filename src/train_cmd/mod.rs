@@ -688,6 +688,15 @@ pub(crate) fn train(dev: &DeviceArgs, a: TrainArgs) -> Result<()> {
             return print_sample(dev, src, a.sample);
         }
     }
+    // A new run that stops before its schedule's end (a short --steps on a preset's decay_steps):
+    // said once, with the setting that fits the schedule to it (a resume continues the schedule
+    // it has).
+    if from.is_none()
+        && launched_rank() == 0
+        && let Some(n) = run.train.unfinished_schedule(steps)
+    {
+        eprintln!("note: {n}");
+    }
     // A new run's corpus is tokenised and cached (CPU work) before the adapter opens, or MPI
     // starts: one too short for a validation split, or for a sequence, is refused without an
     // adapter (it was refused after the adapter opened). Ctrl-C meanwhile: as in the run (130).

@@ -326,6 +326,39 @@ impl TrainConfig {
         let r = (step - self.warmup_steps) as f64 / span;
         self.min_lr + 0.5 * (1.0 + (std::f64::consts::PI * r).cos()) * (self.lr - self.min_lr)
     }
+
+    /// The schedule as `ddl train --dry-run` says it: "lr 0.003, warm-up 50 steps, cosine to 0.0003
+    /// at step 2000 (train.decay_steps)".
+    pub fn schedule_words(&self) -> String {
+        format!(
+            "lr {}, warm-up {} steps, cosine to {} at step {} (train.decay_steps)",
+            self.lr, self.warmup_steps, self.min_lr, self.decay_steps
+        )
+    }
+
+    /// What a run that ends at step `steps` leaves of its schedule, when it does not reach the
+    /// schedule's end: the rate at its last step (and that its warm-up is not done), with the
+    /// setting that fits the schedule to the run; `None` when the run reaches `decay_steps`.
+    pub fn unfinished_schedule(&self, steps: usize) -> Option<String> {
+        if steps == 0 || steps >= self.decay_steps {
+            return None;
+        }
+        let end = self.lr_at(steps - 1);
+        let (warm, fit) = if steps < self.warmup_steps {
+            (
+                format!(" and inside its warm-up ({} steps: the peak {} is never reached)", self.warmup_steps, self.lr),
+                format!(" --set train.warmup_steps={}", (steps / 10).max(1)),
+            )
+        } else {
+            (String::new(), String::new())
+        };
+        Some(format!(
+            "the learning-rate schedule runs to step {} (train.decay_steps), past this run's {steps} steps{warm}: \
+             its last step trains at {end:.2e}, not at min_lr {}; as intended if you will continue it to step {} \
+             (--resume with --steps), else --set train.decay_steps={steps}{fit} fits the schedule to the run",
+            self.decay_steps, self.min_lr, self.decay_steps
+        ))
+    }
 }
 
 fn default_tokenizer() -> String {
@@ -948,6 +981,25 @@ mod tests {
         assert!(text.contains("tokenizer = \"char\" # with `data`: the shards' own"), "{text}");
         let back: RunConfig = toml::from_str(&text).unwrap();
         assert_eq!(back, RunConfig { corpus: String::new(), ..c });
+    }
+
+    /// A run that stops before its schedule's end is said with the rate it ends at and the
+    /// setting that fits the schedule to it; inside the warm-up, that too; one that reaches
+    /// decay_steps says nothing.
+    #[test]
+    fn an_unfinished_schedule_is_said_with_its_remedy() {
+        let t =
+            TrainConfig { lr: 3e-3, min_lr: 3e-4, warmup_steps: 50, decay_steps: 2000, ..TrainConfig::preset("tiny") };
+        assert_eq!(t.unfinished_schedule(2000), None);
+        assert_eq!(t.unfinished_schedule(5000), None);
+        let n = t.unfinished_schedule(300).unwrap();
+        assert!(n.contains("runs to step 2000") && n.contains("past this run's 300 steps"), "{n}");
+        assert!(n.contains(&format!("{:.2e}", t.lr_at(299))) && n.contains("--set train.decay_steps=300 fits"), "{n}");
+        assert!(!n.contains("warm-up") && !n.contains("warmup_steps"), "{n}");
+        let n = t.unfinished_schedule(30).unwrap();
+        assert!(n.contains("inside its warm-up (50 steps") && n.contains("--set train.warmup_steps=3"), "{n}");
+        assert!(n.contains(&format!("{:.2e}", 3e-3 * 30.0 / 50.0)), "{n}");
+        assert!(t.schedule_words().contains("warm-up 50 steps, cosine to 0.0003 at step 2000"));
     }
 
     #[test]
