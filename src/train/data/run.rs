@@ -333,9 +333,23 @@ pub fn corpus_record(
     run: &crate::train::RunConfig,
     write_cache: bool,
 ) -> Result<serde_json::Value, crate::train::TrainError> {
+    let m = corpus_meta(run, None, write_cache)?;
+    Ok(record(tokens_identity(&m), m.train_tokens, m.val_tokens, run))
+}
+
+/// The `meta.json` of `run`'s corpus's cached set as the run would open it (`given`: the
+/// tokenizer of the checkpoint it continues): found, or made in the cache (`write_cache`) or in
+/// a temporary folder removed after (a dry run leaves the cache as it was).
+fn corpus_meta(
+    run: &crate::train::RunConfig,
+    given: Option<&Tokenizer>,
+    write_cache: bool,
+) -> Result<Meta, crate::train::TrainError> {
     let root = crate::cache_dir().join("shards");
     let base = corpus_key(&run.corpus, &run.tokenizer, run.train.val_fraction)?;
-    let cached = cached_set(&root.join(&base))?.is_some();
+    // (With `given`, the set found may be another tokenizer's, and one made for it would be
+    // written into the cache: a dry run tokenises into the temporary folder.)
+    let cached = given.is_none() && cached_set(&root.join(&base))?.is_some();
     let scratch = (!write_cache && !cached).then(|| {
         static NTH: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let nth = NTH.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -345,7 +359,7 @@ pub fn corpus_record(
         scratch.as_deref().unwrap_or(&root),
         &run.corpus,
         &run.tokenizer,
-        None,
+        given,
         run.train.val_fraction,
         CORPUS_CHUNK,
     );
@@ -355,8 +369,7 @@ pub fn corpus_record(
     if let Some(d) = &scratch {
         let _ = std::fs::remove_dir_all(d);
     }
-    let m = meta?;
-    Ok(record(tokens_identity(&m), m.train_tokens, m.val_tokens, run))
+    meta
 }
 
 /// The training split's tokens of the data `run` trains on (`ddl train --epochs`): counted as
@@ -385,27 +398,7 @@ pub fn train_tokens(
             run.corpus
         )));
     }
-    let root = crate::cache_dir().join("shards");
-    let scratch = (!write_cache).then(|| {
-        static NTH: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-        let nth = NTH.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        std::env::temp_dir().join(format!("ddl-epochs-{}-{nth}", std::process::id()))
-    });
-    let made = find_or_make_set(
-        scratch.as_deref().unwrap_or(&root),
-        &run.corpus,
-        &run.tokenizer,
-        given.as_ref(),
-        run.train.val_fraction,
-        CORPUS_CHUNK,
-    );
-    let meta = made.and_then(|(dir, _)| {
-        read_meta(&dir)?.ok_or_else(|| DataError::Meta { path: dir, msg: "no meta.json".into() }.into())
-    });
-    if let Some(d) = &scratch {
-        let _ = std::fs::remove_dir_all(d);
-    }
-    Ok(meta?.train_tokens as u64)
+    Ok(corpus_meta(run, given.as_ref(), write_cache)?.train_tokens as u64)
 }
 
 /// The record `data.json` a run folder keeps of the data it trains on: what identifies it (the
