@@ -689,14 +689,16 @@ pub(crate) fn train(dev: &DeviceArgs, a: TrainArgs) -> Result<()> {
         }
     }
     // A new run that stops before its schedule's end (a short --steps on a preset's decay_steps):
-    // said once, with the setting that fits the schedule to it (a resume continues the schedule
-    // it has).
-    if from.is_none()
-        && launched_rank() == 0
-        && let Some(n) = run.train.unfinished_schedule(steps)
-    {
-        eprintln!("note: {n}");
-    }
+    // said once as it starts, with the setting that fits the schedule to it (a resume continues
+    // the schedule it has).
+    let schedule_note = |run: &ddl::train::RunConfig| {
+        if from.is_none()
+            && launched_rank() == 0
+            && let Some(n) = run.train.unfinished_schedule(steps)
+        {
+            eprintln!("note: {n}");
+        }
+    };
     // A new run's corpus is tokenised and cached (CPU work) before the adapter opens, or MPI
     // starts: one too short for a validation split, or for a sequence, is refused without an
     // adapter (it was refused after the adapter opened). Ctrl-C meanwhile: as in the run (130).
@@ -714,12 +716,14 @@ pub(crate) fn train(dev: &DeviceArgs, a: TrainArgs) -> Result<()> {
             ddl::train::ranks_share(&run.train, n, resume).map_err(anyhow::Error::msg)?;
         }
         check_new_data(&run)?;
+        schedule_note(&run);
         return train_mpi(dev, &a, run, out, resume);
     }
     if let Some(why) = resume_refusal {
         anyhow::bail!(why);
     }
     check_new_data(&run)?;
+    schedule_note(&run);
     let gpu = dev.open().context("opening the GPU")?;
     ddl::kernels::matmul::autotune::set_enabled(!dev.no_autotune);
     // The sample after the run needs the decode caches: refused now, not after the training.
