@@ -17,7 +17,7 @@ setup-bundle:
 DEMO_STEPS ?= 300
 demo: setup-demo
 	$(CARGO) run --release --bin ddl -- info
-	$(CARGO) run --release --bin ddl -- train --preset tiny --variant ddl --steps $(DEMO_STEPS) --out runs/demo --overwrite --sample 300
+	$(CARGO) run --release --bin ddl -- train --preset tiny --variant ddl --steps $(DEMO_STEPS) --set train.decay_steps=$(DEMO_STEPS) --out runs/demo --overwrite --sample 300
 
 ## Every test: shader portability (no GPU needed), kernels vs float64 on the Vulkan adapter, CLI,
 ## (when mpirun is installed) data-parallel training with 2 MPI ranks, and the Windows and macOS
