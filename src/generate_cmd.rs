@@ -56,6 +56,9 @@ pub(crate) struct GenerateHow<'a> {
     /// Ctrl-C stops a continuation at the next token, its text kept (`ddl generate`); else it
     /// ends the process at once (`ddl train --sample`'s sample, whose note says the run was saved).
     pub(crate) stop_cleanly: bool,
+    /// The flag that gave the length, for notes: `--max-tokens` (`ddl generate`) or `--sample`
+    /// (`ddl train --sample N`).
+    pub(crate) length_flag: &'static str,
 }
 
 pub(crate) fn generate_cmd(
@@ -77,6 +80,7 @@ pub(crate) fn generate_cmd(
         lens,
         json,
         stop_cleanly,
+        length_flag,
     } = how;
     let s = sa.sampler()?;
     let from_stdin = prompt == "-";
@@ -164,9 +168,10 @@ pub(crate) fn generate_cmd(
     let kept = ids.len().min(cap);
     if kept.saturating_add(sa.max_tokens) > cap && sa.max_tokens > 0 {
         eprintln!(
-            "note: the prompt's {kept} tokens and --max-tokens {} pass the context of {cap}: from generated token {} on, the \
+            "note: the prompt's {} and {length_flag} {} pass the context of {cap}: from generated token {} on, the \
              window slides, keeping its last {} tokens each time, so the text after that no longer sees what came \
-             before them (lower --max-tokens to stay within it)",
+             before them (lower {length_flag} to stay within it)",
+            ddl::plural(kept, "token"),
             sa.max_tokens,
             cap - kept + 1,
             (cap / 2).max(1)

@@ -275,6 +275,7 @@ fn run(cli: Cli) -> Result<()> {
                 lens,
                 json,
                 stop_cleanly: true,
+                length_flag: "--max-tokens",
             };
             generate_cmd(&cli.device, &checkpoint, &prompt, &sampling, how)
         }

@@ -1061,12 +1061,17 @@ fn the_cli_trains_evaluates_and_samples() {
         .arg(&out)
         .args(["--set", "model.d_model=32", "--set", "model.n_layers=1", "--set", "model.n_heads=2"])
         .args(["--set", "model.head_dim=16", "--set", "model.mlp_hidden=85", "--set", "train.batch_size=2"])
-        .args(["--set", "train.seq_len=16", "--set", "train.eval_batches=2", "--sample", "5"])
+        .args(["--set", "train.seq_len=16", "--set", "train.eval_batches=2", "--sample", "64"])
         .output()
         .unwrap();
     let so = String::from_utf8_lossy(&st.stdout);
-    assert!(st.status.success(), "train failed: {so}\n{}", String::from_utf8_lossy(&st.stderr));
+    let se = String::from_utf8_lossy(&st.stderr);
+    assert!(st.status.success(), "train failed: {so}\n{se}");
     assert!(so.contains("validation loss") && so.contains("--- sample ---"), "{so}");
+    // The sample's 1 + 64 tokens pass the context of 64: said with the flag that asked for them
+    // (it said "the prompt's 1 tokens and --max-tokens 64", a flag train does not take).
+    assert!(se.contains("note: the prompt's 1 token and --sample 64 pass the context of 64"), "{se}");
+    assert!(se.contains("(lower --sample to stay within it)"), "{se}");
     let metrics = std::fs::read_to_string(out.join("metrics.jsonl")).unwrap();
     assert!(metrics.lines().count() >= 4, "{metrics}");
     // Every step line says how long the step waited for its batches (drawn ahead on a thread:

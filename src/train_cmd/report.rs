@@ -150,6 +150,7 @@ pub(super) fn print_sample(dev: &DeviceArgs, out: &std::path::Path, n: usize) ->
         lens: false,
         json: false,
         stop_cleanly: false,
+        length_flag: "--sample",
     };
     crate::generate_cmd(dev, out, "\n", &s, how)?;
     println!();
