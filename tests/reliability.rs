@@ -3670,3 +3670,24 @@ fn an_argument_that_is_not_utf8_is_no_panic_with_the_flag_variables_set() {
         assert!(o.status.code() == Some(2) && t.contains("invalid UTF-8") && !t.contains("panicked"), "{k}: {t}");
     }
 }
+
+/// A path that starts with `-` given as it is (`--checkpoint -run`) was clap's "unexpected
+/// argument '-r'" alone: the arguments that name a file or folder here are said with the remedy
+/// (`./-run`, or after `--`); a flag that names none is clap's error as before.
+#[test]
+fn a_path_that_starts_with_a_hyphen_is_said_with_its_remedy() {
+    let dir = tmpdir("hyphen-path");
+    std::fs::create_dir_all(dir.join("-run")).unwrap();
+    let run = |args: &[&str]| {
+        let o = cmd(&dir).current_dir(&dir).args(args).output().unwrap();
+        assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+        text(&o)
+    };
+    for args in [&["info", "--checkpoint", "-run"][..], &["generate", "--checkpoint", "-run", "--prompt", "A"]] {
+        let t = run(args);
+        assert!(t.contains("unexpected argument") && t.contains("'-run' is a file or folder here"), "{t}");
+        assert!(t.contains("write it as ./-run") && t.contains("-- -run"), "{t}");
+    }
+    let t = run(&["info", "--checkpoint", "-nothing"]);
+    assert!(t.contains("unexpected argument") && !t.contains("file or folder here"), "{t}");
+}
