@@ -75,10 +75,15 @@ impl History {
 
     /// The note that the history is not kept: the file, why, what to do.
     fn not_kept(&self, e: &std::io::Error) -> String {
+        // (A full disk: room, not permissions, is what is missing.)
+        let fix = if e.kind() == std::io::ErrorKind::StorageFull {
+            "free space on its disk"
+        } else {
+            "make that folder writable"
+        };
         format!(
-            "note: this chat's lines will not be kept in its history: cannot write '{}': {}; to keep them, make \
-             that folder writable or set DDL_CACHE_DIR to a folder you can write (the history is \
-             DDL_CACHE_DIR/chat-history.txt)",
+            "note: this chat's lines will not be kept in its history: cannot write '{}': {}; to keep them, {fix} or \
+             set DDL_CACHE_DIR to a folder you can write (the history is DDL_CACHE_DIR/chat-history.txt)",
             self.path.display(),
             crate::why_not_written(&self.path, e),
         )
