@@ -32,7 +32,18 @@ fn main() {
         eprintln!("error: {e}");
         std::process::exit(2);
     }
-    let cli = Cli::parse();
+    let cli = Cli::try_parse().unwrap_or_else(|e| {
+        // (A path that starts with `-`, `--checkpoint -run`, was clap's "unexpected argument
+        // '-r'" alone: the paths among the arguments that exist here are said with the remedy.)
+        if e.use_stderr() {
+            let _ = e.print();
+            for note in hyphen_paths(std::env::args_os().skip(1)) {
+                eprintln!("{note}");
+            }
+            std::process::exit(e.exit_code());
+        }
+        e.exit()
+    });
     if let Err(e) = run(cli) {
         if e.downcast_ref::<Interrupted>().is_some() {
             // Saved and said so; 130 as for a program Ctrl-C ended (143 after SIGTERM), so that a
@@ -288,6 +299,21 @@ fn run(cli: Cli) -> Result<()> {
             chat(&cli.device, &checkpoint, sampling, logprobs, opts)
         }
     }
+}
+
+/// A note for each argument that starts with `-` and names a file or folder here (a path clap
+/// took for a flag): write it `./-run`, or after `--` where the command takes paths there.
+fn hyphen_paths(args: impl Iterator<Item = std::ffi::OsString>) -> Vec<String> {
+    args.filter(|a| a.as_encoded_bytes().starts_with(b"-") && a.len() > 1 && std::path::Path::new(a).exists())
+        .map(|a| {
+            let a = a.to_string_lossy();
+            format!(
+                "note: '{a}' is a file or folder here, which clap took for a flag: write it as {} (or after `--`, \
+                 where the command takes its paths as arguments: `ddl plot --out x.png -- {a}`)",
+                ddl::shell_word(&*a)
+            )
+        })
+        .collect()
 }
 
 /// `DDL_CHECK_ARGS=1 ddl …`: the command line parsed and its kernel forms checked (`DDL_FORMS`,

@@ -525,3 +525,85 @@ fn utf16_text_is_said_to_be_utf16_with_its_conversion() {
     }
     assert!(wrong.is_empty(), "{wrong:#?}");
 }
+
+/// The history of chats on a terminal (`DDL_CACHE_DIR/chat-history.txt`, ↑/↓ across chats): two
+/// chats at once keep every line of both, the file whole in the line editor's format (each saved
+/// its own lines over the file, truncating it first: the other chat's lines were lost, a longer
+/// file's tail left behind a shorter one); a cache that cannot be written is said once, with why
+/// and what to do (the history was silently not kept).
+#[cfg(unix)]
+#[test]
+fn chat_history_keeps_two_chats_lines_and_says_when_it_cannot_be_kept() {
+    use std::io::{BufRead, Read, Write};
+    let dir = ddl::testing::scratch_dir("generate-chat-history");
+    let run = char_run(&dir);
+    // A chat on a terminal (a pseudo-terminal's other end kept by the test) with `cache` as its
+    // cache folder; returns it, the terminal and its stderr's lines once the chat has started.
+    let start = |cache: &Path| {
+        use std::os::fd::FromRawFd;
+        use std::ptr::null_mut;
+        let (mut master, mut slave) = (0, 0);
+        // SAFETY: openpty writes two new file descriptors, each then owned by one File.
+        assert_eq!(unsafe { libc::openpty(&mut master, &mut slave, null_mut(), null_mut(), null_mut()) }, 0);
+        let (master, slave) = unsafe { (std::fs::File::from_raw_fd(master), std::fs::File::from_raw_fd(slave)) };
+        let mut child = ddl(&dir)
+            .args(["chat", "--checkpoint", run.to_str().unwrap(), "--max-tokens", "1"])
+            .env("DDL_CACHE_DIR", cache)
+            .stdin(slave)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stderr = std::io::BufReader::new(child.stderr.take().unwrap());
+        let mut first = String::new();
+        stderr.read_line(&mut first).unwrap();
+        assert!(first.starts_with("chat with "), "{first}");
+        (child, master, stderr)
+    };
+    let end = |(mut child, master, mut stderr): (std::process::Child, std::fs::File, std::io::BufReader<_>)| {
+        let mut err = String::new();
+        stderr.read_to_string(&mut err).unwrap();
+        assert!(child.wait().unwrap().success(), "{err}");
+        drop(master);
+        err
+    };
+    // (Typed once the line editor has the terminal: what is typed before may be dropped.)
+    let typing = || std::thread::sleep(std::time::Duration::from_secs(3));
+    // Both chats started (each has read the history as it was: none), then lines typed to both
+    // in turn.
+    let cache = dir.join("chat-cache");
+    let mut chats = [start(&cache), start(&cache)];
+    let lines = |who: usize| (0..30).map(move |i| format!("/set seed {}", who * 1000 + i));
+    typing();
+    for (a, b) in lines(0).zip(lines(1)).chain([("/quit".into(), "/quit".into())]) {
+        chats[0].1.write_all(format!("{a}\n").as_bytes()).unwrap();
+        chats[1].1.write_all(format!("{b}\n").as_bytes()).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    for chat in chats {
+        let err = end(chat);
+        assert!(!err.contains("will not be kept"), "{err}");
+    }
+    let text = std::fs::read_to_string(cache.join("chat-history.txt")).unwrap();
+    assert!(text.starts_with("#V2\n"), "{text}");
+    // (Each chat's `/quit` too, the second left out where it follows the first, as the editor does.)
+    let mut got: Vec<&str> = text.lines().skip(1).filter(|l| *l != "/quit").collect();
+    got.sort_unstable();
+    let mut want: Vec<String> = lines(0).chain(lines(1)).collect();
+    want.sort_unstable();
+    assert_eq!(got, want, "{text}");
+    // A cache folder that is a file: said once, at the start, with the file in the way.
+    let file = dir.join("cache-file");
+    std::fs::write(&file, "x").unwrap();
+    let mut chat = start(&file);
+    typing();
+    for line in ["/set seed 1\n", "/set seed 2\n", "/quit\n"] {
+        // (A line at a time, as typed: lines written at once were not all read.)
+        chat.1.write_all(line.as_bytes()).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let err = end(chat);
+    let note = format!("'{}' is a file, not a folder", file.display());
+    assert_eq!(err.matches("will not be kept in its history").count(), 1, "{err}");
+    assert!(err.contains(&note) && err.contains("set DDL_CACHE_DIR to a folder you can write"), "{err}");
+}

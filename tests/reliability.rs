@@ -3670,3 +3670,64 @@ fn an_argument_that_is_not_utf8_is_no_panic_with_the_flag_variables_set() {
         assert!(o.status.code() == Some(2) && t.contains("invalid UTF-8") && !t.contains("panicked"), "{k}: {t}");
     }
 }
+
+/// A path that starts with `-` given as it is (`--checkpoint -run`) was clap's "unexpected
+/// argument '-r'" alone: the arguments that name a file or folder here are said with the remedy
+/// (`./-run`, or after `--`); a flag that names none is clap's error as before.
+#[test]
+fn a_path_that_starts_with_a_hyphen_is_said_with_its_remedy() {
+    let dir = tmpdir("hyphen-path");
+    std::fs::create_dir_all(dir.join("-run")).unwrap();
+    let run = |args: &[&str]| {
+        let o = cmd(&dir).current_dir(&dir).args(args).output().unwrap();
+        assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+        text(&o)
+    };
+    for args in [&["info", "--checkpoint", "-run"][..], &["generate", "--checkpoint", "-run", "--prompt", "A"]] {
+        let t = run(args);
+        assert!(t.contains("unexpected argument") && t.contains("'-run' is a file or folder here"), "{t}");
+        assert!(t.contains("write it as ./-run") && t.contains("-- -run"), "{t}");
+    }
+    let t = run(&["info", "--checkpoint", "-nothing"]);
+    assert!(t.contains("unexpected argument") && !t.contains("file or folder here"), "{t}");
+}
+
+/// A run folder whose run was killed (then moved, or copied while it trained) keeps its lock and
+/// its writers' temporary files: `info --checkpoint` says the lock is stale and why (it said
+/// nothing) and names the temporary files; `--resume` takes the lock over and removes them, each
+/// with a note (they stayed, and a copy's snapshot folders until its next kept checkpoint), and
+/// leaves another command's temporary file (a trace's) as it is.
+#[test]
+fn a_stale_lock_and_temporary_files_are_said_and_resume_clears_them() {
+    let dir = tmpdir("stale-lock-temporaries");
+    let run = checkpoint(&dir);
+    let r = run.to_str().unwrap();
+    let host = ddl::train::lock::host_name();
+    let lock = run.join(".ddl-lock");
+    let dead = 4_000_000; // past any Linux PID
+    std::fs::write(&lock, format!("{dead} {host}\n")).unwrap();
+    let stale = [".summary.json.tmp-4000000-0", ".tmp-loss.png", "checkpoints/.step-00000002.tmp-4000000"];
+    for s in &stale[..2] {
+        std::fs::write(run.join(s), "half").unwrap();
+    }
+    std::fs::create_dir_all(run.join(stale[2])).unwrap();
+    let trace = run.join(".trace.tsv.tmp-4000000-0");
+    std::fs::write(&trace, "not the run's").unwrap();
+    let o = cmd(&dir).args(["info", "--checkpoint", r]).output().unwrap();
+    let t = text(&o);
+    assert!(o.status.success() && !t.contains("training now"), "{t}");
+    assert!(t.contains("is stale") && t.contains(&format!("process {dead} on {host} is gone")), "{t}");
+    assert!(stale.iter().all(|s| t.contains(s)) && !t.contains(".trace.tsv"), "{t}");
+    let o = cmd(&dir).args(["train", "--resume", r, "--steps", "3"]).output().unwrap();
+    let t = text(&o);
+    assert!(o.status.success(), "{t}");
+    assert!(t.contains("took over the stale lock") && t.contains("removed 3 temporary files"), "{t}");
+    assert!(stale.iter().all(|s| !run.join(s).exists()) && trace.exists() && !lock.exists(), "{t}");
+    // A lock copied with its folder from a run that trains elsewhere (this live process's PID).
+    std::fs::write(&lock, format!("{} {host} 1 dir=1:1\n", std::process::id())).unwrap();
+    let t = text(&cmd(&dir).args(["info", "--checkpoint", r]).output().unwrap());
+    assert!(
+        t.contains("is stale") && t.contains("came with a copy of the folder") && !t.contains("training now"),
+        "{t}"
+    );
+}

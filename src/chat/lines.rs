@@ -1,6 +1,7 @@
 //! Where the chat's lines come from: a line editor on a terminal (history, editing), plain lines
 //! from a pipe, each line capped in length.
 
+use super::history::History;
 use super::*;
 
 /// Where a chat's lines come from: a line editor on a terminal, or any reader.
@@ -81,18 +82,21 @@ pub(super) fn read_line_capped(input: &mut dyn BufRead, cap: u64) -> std::io::Re
 }
 
 /// Lines from a terminal through rustyline: editing, history (↑/↓, kept in `history` across
-/// chats when given), Ctrl-C clears the line, Ctrl-D ends the chat.
+/// chats when given, [`History`]), Ctrl-C clears the line, Ctrl-D ends the chat.
 pub struct EditedLines {
     pub(super) editor: rustyline::DefaultEditor,
-    pub(super) history: Option<std::path::PathBuf>,
+    pub(super) history: Option<History>,
 }
 
 impl EditedLines {
+    /// The editor, its history loaded from `history`; a history that cannot be written is said
+    /// on stderr (once: here, or at the first line that cannot be added).
     pub fn new(history: Option<std::path::PathBuf>) -> Result<Self, String> {
         let mut editor = rustyline::DefaultEditor::new().map_err(|e| format!("line editor: {e}"))?;
         if let Some(h) = &history {
             let _ = editor.load_history(h);
         }
+        let history = history.and_then(|h| History::open(&h).inspect_err(|note| eprintln!("{note}")).ok());
         Ok(EditedLines { editor, history })
     }
 }
@@ -105,11 +109,10 @@ impl Lines for EditedLines {
                 Ok(line) => {
                     if !line.trim().is_empty() {
                         let _ = self.editor.add_history_entry(line.as_str());
-                        if let Some(h) = &self.history {
-                            if let Some(dir) = h.parent() {
-                                let _ = std::fs::create_dir_all(dir);
-                            }
-                            let _ = self.editor.save_history(h);
+                        // (Added to the file under a lock, the file replaced whole: two chats at
+                        // once tore it, rustyline's save truncating it and writing its own lines.)
+                        if let Some(Err(note)) = self.history.as_mut().map(|h| h.add(&line)) {
+                            eprintln!("{note}");
                         }
                     }
                     return Ok(Some(line));

@@ -30,6 +30,7 @@ use crate::kernels::delta::BetaMap;
 use crate::model::{Interventions, Model};
 use crate::tokenizer::Tokenizer;
 
+mod history;
 mod lines;
 pub use lines::{EditedLines, Lines, PlainLines};
 mod save;

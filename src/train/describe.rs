@@ -58,6 +58,12 @@ pub struct CheckpointInfo {
     pub init_from: Option<InitFrom>,
     /// The process training the run now, when a live one holds its lock.
     pub training_now: Option<TrainingNow>,
+    /// Why the run's lock file holds nothing, when there is one that does not (its process gone,
+    /// or it came with a copy): `ddl train --resume` takes it over.
+    pub stale_lock: Option<String>,
+    /// Temporary files of the run's writers that no live process writes (killed writers', or a
+    /// copy's of its original's): `--resume` removes them. None listed while the run trains.
+    pub stale_temporaries: Vec<PathBuf>,
 }
 
 /// The process that trains a run now, and how far it has gone past the checkpoint described.
@@ -162,6 +168,12 @@ pub fn describe(path: &Path) -> Result<CheckpointInfo, CheckpointError> {
             let (steps_past, logged_step, steps_target) = super::logged_after(&run, step);
             TrainingNow { pid, host, steps_past, logged_step, steps_target }
         }),
+        stale_lock: super::lock::stale_lock(&run),
+        stale_temporaries: if super::lock::holder(&run).is_some() {
+            Vec::new()
+        } else {
+            checkpoint::stale_temporaries(&run)
+        },
         run,
         config_unreadable: RunConfig::read_file(path).and_then(Result::err).map(|e| e.message().trim().to_string()),
         init_from,
@@ -409,6 +421,22 @@ impl CheckpointInfo {
                 } else {
                     ""
                 }
+            ));
+        }
+        let resume = format!("`ddl train --resume {}`", crate::shell_word(&self.run));
+        if let Some(why) = &self.stale_lock {
+            out.push(format!(
+                "note: its lock file {} is stale, no run trains there: {why}; {resume} takes it over",
+                self.run.join(super::lock::LOCK_FILE).display()
+            ));
+        }
+        if !self.stale_temporaries.is_empty() {
+            let names: Vec<String> = self.stale_temporaries.iter().map(|p| p.display().to_string()).collect();
+            out.push(format!(
+                "note: {} that no live process writes (left by a writer that was killed, or copied with the folder \
+                 while its run trained): {}; {resume} removes them (or delete them)",
+                crate::plural(names.len(), "temporary file"),
+                names.join(", ")
             ));
         }
         out.join("\n") + "\n"

@@ -57,6 +57,23 @@ pub fn holder(dir: &Path) -> Option<(u32, String)> {
     (!stale(pid, &host, start) && !copied(&text, dir)).then(|| (pid.unwrap_or(0), host))
 }
 
+/// Why `dir`'s lock file does not hold the folder, when there is one that does not: its process
+/// is gone (killed, a crash), or it came with a copy of the folder. `ddl train --resume` takes
+/// such a lock over.
+pub fn stale_lock(dir: &Path) -> Option<String> {
+    let text = std::fs::read_to_string(dir.join(LOCK_FILE)).ok()?;
+    let (pid, host, start) = parse_lock(&text);
+    if copied(&text, dir) {
+        let pid = pid.map(|p| format!(" (process {p} on {host})")).unwrap_or_default();
+        return Some(format!("it came with a copy of the folder: its process{pid} works in the folder it was made in"));
+    }
+    stale(pid, &host, start).then(|| match pid {
+        Some(p) if p == std::process::id() => "it is this process's own".to_string(),
+        Some(p) => format!("process {p} on {host} is gone (it was killed or crashed)"),
+        None => "it is half-written (its writer was killed)".to_string(),
+    })
+}
+
 /// A lock file's PID (`None`: unreadable or half-written), host and the process's start time
 /// ([`started`]; absent in locks of older builds).
 fn parse_lock(text: &str) -> (Option<u32>, String, Option<u64>) {
@@ -161,8 +178,13 @@ impl RunLock {
                             lock: path.clone(),
                         }));
                     }
+                    let why = stale_lock(dir);
                     if let Err(e) = take_over(&path, &judged) {
                         return done(Err(io(e)));
+                    }
+                    // (Said: a folder moved or copied after its run was killed took it silently.)
+                    if let Some(why) = why.filter(|w| !w.ends_with("process's own") && !path.exists()) {
+                        eprintln!("note: took over the stale lock of '{}' ({LOCK_FILE}): {why}", dir.display());
                     }
                 }
                 Err(e) => return done(Err(io(e))),

@@ -145,6 +145,45 @@ pub fn remove_stale_tmp(dir: &Path) {
     }
 }
 
+/// The temporary files and folders a run writes that are in `run` and not this process's: left
+/// by a writer that was killed, or copied with the folder while its run trained (`cp -r`, rsync).
+/// Only the run's own names (its checkpoint files, `config.toml`, `data.json`, `summary.json`,
+/// `metrics.jsonl`, `loss.png`, the kept checkpoints' snapshots), never another command's
+/// (a `--trace` written into the folder); meaningful where no live process trains in `run`.
+pub fn stale_temporaries(run: &Path) -> Vec<PathBuf> {
+    let ours = format!(".tmp-{}", std::process::id());
+    let names = |dir: &Path| -> Vec<(String, PathBuf)> {
+        let entries = std::fs::read_dir(dir).into_iter().flatten().flatten();
+        entries.map(|e| (e.file_name().to_string_lossy().into_owned(), e.path())).collect()
+    };
+    let files = [MODEL_FILE, OPTIM_FILE, "config.toml", "data.json", "summary.json", "metrics.jsonl"];
+    let mut found: Vec<PathBuf> = names(run)
+        .into_iter()
+        .filter(|(n, _)| {
+            n == ".tmp-loss.png"
+                || (files.iter().any(|f| n.starts_with(&format!(".{f}.tmp-"))) && !n.contains(&format!("{ours}-")))
+        })
+        .map(|(_, p)| p)
+        .collect();
+    // (A kept checkpoint's snapshot being made: `.step-N.tmp-PID`, `.best.tmp-PID`.)
+    found.extend(
+        names(&run.join(KEPT_DIR))
+            .into_iter()
+            .filter(|(n, _)| n.starts_with('.') && n.contains(".tmp-") && !n.ends_with(&ours))
+            .map(|(_, p)| p),
+    );
+    found.sort();
+    found
+}
+
+/// Removes [`stale_temporaries`] from `run`, which this process has locked: none is a live
+/// writer's. Returns what it removed.
+pub fn remove_stale_temporaries(run: &Path) -> Vec<PathBuf> {
+    let mut removed = stale_temporaries(run);
+    removed.retain(|p| if p.is_dir() { std::fs::remove_dir_all(p) } else { std::fs::remove_file(p) }.is_ok());
+    removed
+}
+
 /// Whether `path`'s folder takes a file under the temporary name its atomic write would use
 /// (made and removed at once): a read-only folder or a name too long is found before the work
 /// whose result goes there, not after it.

@@ -15,7 +15,10 @@ mod files;
 mod kept;
 mod read;
 use files::*;
-pub use files::{free_bytes, probe_writable, remove_stale_tmp, write_all_atomic, write_atomic, write_new_atomic};
+pub use files::{
+    free_bytes, probe_writable, remove_stale_temporaries, remove_stale_tmp, stale_temporaries, write_all_atomic,
+    write_atomic, write_new_atomic,
+};
 pub use kept::{
     BEST_DIR, BEST_FILE, Best, KEPT_DIR, inside_kept, keep_step, kept_refusal, kept_run_of, kept_steps, mark_best,
     read_best, step_dir_name,

@@ -63,7 +63,18 @@ impl<'c> Trainer<'c> {
             if !opts.resume {
                 replaces = claim_for_new_run(&out, opts.overwrite)?;
             }
-            checkpoint::remove_stale_tmp(&out);
+            // (What killed writers left, or a copy of the folder made while its run trained.)
+            let removed = checkpoint::remove_stale_temporaries(&out);
+            if !removed.is_empty() {
+                let names: Vec<String> =
+                    removed.iter().map(|p| p.strip_prefix(&out).unwrap_or(p).display().to_string()).collect();
+                eprintln!(
+                    "note: removed {} that no live process writes (left by a run that was killed, or copied with \
+                     the folder while its run trained): {}",
+                    crate::plural(removed.len(), "temporary file"),
+                    names.join(", ")
+                );
+            }
         }
         let mut run = opts.run.clone();
         let mut dataset = None;
