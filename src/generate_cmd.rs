@@ -432,7 +432,7 @@ pub(crate) fn chat(
     let lines: &mut dyn ddl::chat::Lines = match edited.as_mut() {
         Some(e) => e,
         None => {
-            plain = ddl::chat::PlainLines { input: &mut input, log: &mut log };
+            plain = ddl::chat::PlainLines::new(&mut input, &mut log);
             &mut plain
         }
     };

@@ -415,6 +415,52 @@ fn a_prompt_with_a_typed_backslash_n_is_said_to_hold_no_newline() {
     assert!(!text(&o).contains(said), "{}", text(&o));
 }
 
+/// UTF-16 without a byte-order mark (`iconv -t UTF-16LE`: valid UTF-8, a NUL beside every
+/// letter) is said to be UTF-16 with the `iconv -f` that converts it, little- or big-endian, by
+/// `eval --text` (a file or a pipe), `generate --prompt -` and a chat: a byte-level model read it
+/// as it was, NULs and all. And UTF-16 piped into `eval --text /dev/stdin` is said from the bytes
+/// read (the remedy was LATIN1's: a pipe cannot be read again to look at its start).
+#[test]
+fn utf16_without_a_mark_or_through_a_pipe_is_said_to_be_utf16() {
+    let dir = ddl::testing::scratch_dir("generate-utf16-no-mark");
+    let run = bpe_run(&dir);
+    let r = run.to_str().unwrap();
+    let text16 = "ROMEO: what light through yonder window breaks?\nJULIET: ay me\n".repeat(40);
+    let le: Vec<u8> = text16.encode_utf16().flat_map(|u| u.to_le_bytes()).collect();
+    let be: Vec<u8> = text16.encode_utf16().flat_map(|u| u.to_be_bytes()).collect();
+    let bom: Vec<u8> = [0xff, 0xfe].into_iter().chain(le.iter().copied()).collect();
+    let file = dir.join("le.txt");
+    std::fs::write(&file, &le).unwrap();
+    let f = file.to_str().unwrap();
+    let mut wrong = Vec::new();
+    for (args, input, enc) in [
+        (vec!["eval", "--checkpoint", r, "--text", f], &le, "UTF-16LE"),
+        (vec!["eval", "--checkpoint", r, "--text", "/dev/stdin"], &be, "UTF-16BE"),
+        (vec!["eval", "--checkpoint", r, "--text", "/dev/stdin"], &bom, "UTF-16"),
+        (vec!["generate", "--checkpoint", r, "--prompt", "-", "--max-tokens", "2"], &le, "UTF-16LE"),
+        (vec!["chat", "--checkpoint", r], &le, "UTF-16LE"),
+        (vec!["chat", "--checkpoint", r], &be, "UTF-16BE"),
+    ] {
+        let mut child =
+            ddl(&dir).args(&args).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+        {
+            use std::io::Write;
+            // (A reader that stops early closes the pipe: not this test's concern.)
+            let _ = child.stdin.take().unwrap().write_all(input);
+        }
+        let o = child.wait_with_output().unwrap();
+        let t = text(&o);
+        if o.status.code() != Some(1)
+            || !t.contains("it is UTF-16 text")
+            || !t.contains(&format!("iconv -f {enc} -t UTF-8"))
+            || t.contains("LATIN1")
+        {
+            wrong.push(format!("{args:?}: {t}"));
+        }
+    }
+    assert!(wrong.is_empty(), "{wrong:#?}");
+}
+
 /// A folder as standard input (`< DIR`) is said with what to give (it was the system's "Is a
 /// directory (os error 21)" alone), and `--prompt -` or `--text -` on a terminal says it waits
 /// for the text and how to end it (it waited without a word, as if it hung).

@@ -875,7 +875,7 @@ mod tests {
     fn a_line_that_is_not_utf8_is_one_bad_line_not_the_end_of_the_input() {
         let mut input = std::io::Cursor::new(b"first\n\xff\xff bad\nnext\n".to_vec());
         let mut log = Vec::new();
-        let mut lines = PlainLines { input: &mut input, log: &mut log };
+        let mut lines = PlainLines::new(&mut input, &mut log);
         let got: Vec<String> = std::iter::from_fn(|| lines.next_line("> ").unwrap()).collect();
         assert_eq!(got, ["first", "\u{fffd}\u{fffd} bad", "next"]);
         let log = String::from_utf8(log).unwrap();
@@ -906,9 +906,23 @@ mod tests {
     fn utf16_input_is_said_not_read_as_lines() {
         let mut input = std::io::Cursor::new(b"\xff\xfeh\0i\0\n\0h\0o\0\n\0".to_vec());
         let mut log = Vec::new();
-        let mut lines = PlainLines { input: &mut input, log: &mut log };
+        let mut lines = PlainLines::new(&mut input, &mut log);
         let e = lines.next_line("> ").unwrap_err().to_string();
         assert!(e.contains("it is UTF-16 text") && e.contains("iconv -f UTF-16 -t UTF-8"), "{e}");
+        // Without the mark (every line was sent to the model), after an empty line too (its NUL
+        // starts the next line: the bytes read before a line tell which UTF-16 it is).
+        for (bytes, enc) in
+            [(&b"\n\0h\0i\0\n\0"[..], "UTF-16LE"), (b"\0\n\0h\0i\0\n", "UTF-16BE"), (b"h\0i\0\n\0", "UTF-16LE")]
+        {
+            let mut input = std::io::Cursor::new(bytes.to_vec());
+            let mut lines = PlainLines::new(&mut input, &mut log);
+            let mut e = lines.next_line("> ");
+            while let Ok(Some(_)) = e {
+                e = lines.next_line("> ");
+            }
+            let e = e.unwrap_err().to_string();
+            assert!(e.contains(&format!("iconv -f {enc} -t UTF-8")), "{bytes:?}: {e}");
+        }
     }
 
     /// Lines piped from a file drop a byte-order mark (the first line of a file a Windows editor
@@ -917,7 +931,7 @@ mod tests {
     fn piped_lines_drop_a_byte_order_mark() {
         let mut input = std::io::Cursor::new("\u{feff}ROMEO:\r\nhi\n".as_bytes().to_vec());
         let mut log = Vec::new();
-        let mut lines = PlainLines { input: &mut input, log: &mut log };
+        let mut lines = PlainLines::new(&mut input, &mut log);
         assert_eq!(lines.next_line("> ").unwrap().as_deref(), Some("ROMEO:"));
         assert_eq!(lines.next_line("> ").unwrap().as_deref(), Some("hi"));
         assert_eq!(lines.next_line("> ").unwrap(), None);
