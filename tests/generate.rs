@@ -389,17 +389,26 @@ fn a_chat_command_after_spaces_or_a_tab_is_a_command() {
 
 /// A setting named in capitals is that setting in everything it does: `/set SEED 5` made the next
 /// reply's seed 5 plus the turns before it (the seed's rule compared the name as typed), and
-/// `/set STOP X` said "(STOP = X)", not the stop texts now in force.
+/// `/set STOP X` said "(STOP = X)", not the stop texts now in force; `/set stop NONE` clears
+/// them (it added the stop text "NONE"); `/intervene none extra` says that none takes nothing
+/// after it (it was the spec syntax's generic message).
 #[test]
 fn a_setting_named_in_capitals_is_that_setting() {
     let dir = ddl::testing::scratch_dir("generate-chat-capitals");
     let run = char_run(&dir);
     let trace = dir.join("chat.safetensors");
     let tr = trace.to_str().unwrap();
-    let (_, err) = chat(&dir, &run, &["--max-tokens", "3", "--trace", tr], "A\nB\n/set SEED 5\nC\n/Set Stop NONE\n");
+    let (_, err) = chat(
+        &dir,
+        &run,
+        &["--max-tokens", "3", "--trace", tr],
+        "A\nB\n/set SEED 5\nC\n/set stop X\n/Set Stop NONE\n/intervene NONE extra\n",
+    );
     assert_eq!(turn_seeds(&trace), [0, 1, 5], "{err}");
     assert!(err.contains("(seed = 5: the next reply's seed"), "{err}");
-    assert!(err.contains("(stop texts: [\"NONE\"], and a blank line)"), "{err}");
+    assert!(err.contains("(stop texts: [\"X\"], and a blank line)"), "{err}");
+    assert!(err.contains("(stop texts: [], and a blank line)"), "{err}");
+    assert!(err.contains("/intervene none takes nothing after it (got 'extra')"), "{err}");
 }
 
 /// `--prompt 'A\nB'` is said to hold a backslash and an n, not a newline, as `--stop '\n'` would

@@ -70,7 +70,9 @@ impl ChatSettings {
         let name = name.to_ascii_lowercase();
         let name = name.as_str();
         // (Spaces around a value are not part of it, except a stop text's own: `/set stop ab `.)
-        let value = if name == "stop" && value.trim() != "none" { value } else { value.trim() };
+        // (`none` in any case, as `off` and the names: `/set stop NONE` was a stop text "NONE".)
+        let none = value.trim().eq_ignore_ascii_case("none");
+        let value = if name == "stop" && !none { value } else { value.trim() };
         let bad = |want: &str| format!("{name} {value:?}: expected {want}");
         // (A number past f32's range became inf, said as "got inf", not as the value given.)
         let number = |want: &str| -> Result<f32, String> {
@@ -98,7 +100,7 @@ impl ChatSettings {
             "seed" => {
                 next.sampler.seed = value.parse().map_err(|_| bad(&format!("a whole number from 0 to {}", u64::MAX)))?
             }
-            "stop" if value == "none" => next.stop.clear(),
+            "stop" if none => next.stop.clear(),
             "stop" if value.is_empty() => {
                 return Err("stop needs a text (`\\s` for a space, or `none` to clear)".into());
             }
@@ -706,8 +708,15 @@ pub fn run(
                     // beta=3, telling to start the chat with the flag it had.)
                     let allow = opts.interventions.allow_out_of_range || session.interventions().allow_out_of_range;
                     // (`none` with spaces after it is `none`: the specs split at spaces anyway.)
-                    let next = if rest.trim_end() == "none" {
+                    let first = rest.split_whitespace().next().unwrap_or("");
+                    let next = if rest.trim_end().eq_ignore_ascii_case("none") {
                         Ok(Interventions { list: Vec::new(), allow_out_of_range: allow })
+                    } else if first.eq_ignore_ascii_case("none") {
+                        // (It was the spec syntax's generic message.)
+                        let more = rest.trim_end()[first.len()..].trim_start();
+                        let msg = format!("none takes nothing after it (got '{more}'): type /intervene none alone");
+                        writeln!(log, "error: /intervene {msg} to end the interventions (nothing changed)")?;
+                        continue;
                     } else {
                         Interventions::parse(&intervene_specs(rest), allow).map(|add| {
                             let mut list = session.interventions().list.clone();
