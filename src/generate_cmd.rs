@@ -138,6 +138,14 @@ pub(crate) fn generate_cmd(
             tok.kind()
         )
     })?;
+    // (A BPE read a prompt's `\r` as text, which its corpus may never have held, without a word:
+    // said, as a char model's refusal says it.)
+    if prompt.contains("\r\n") && tok.kind() != "char" {
+        eprintln!(
+            "note: the prompt has Windows line ends, \\r\\n: the model reads each \\r as text (convert them for \
+             the text it was trained on, e.g. `tr -d '\\r'`)"
+        );
+    }
     let cap = model.cfg.max_seq_len;
     if ids.len() > cap {
         let cut = ids.len() - cap;

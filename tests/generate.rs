@@ -470,6 +470,20 @@ fn utf16_without_a_mark_or_through_a_pipe_is_said_to_be_utf16() {
     assert!(wrong.is_empty(), "{wrong:#?}");
 }
 
+/// A BPE prompt with Windows line ends is said to hold them, the `\r` read as text (it was kept
+/// without a word; a char model refuses the `\r` with the same remedy); one without them is not.
+#[test]
+fn a_bpe_prompt_with_windows_line_ends_is_said() {
+    let dir = ddl::testing::scratch_dir("generate-bpe-crlf");
+    let run = bpe_run(&dir);
+    let r = run.to_str().unwrap();
+    let said = "note: the prompt has Windows line ends";
+    let o = ok(&dir, &["generate", "--checkpoint", r, "--prompt", "ROMEO:\r\nJULIET:", "--max-tokens", "2"]);
+    assert!(text(&o).contains(said) && text(&o).contains("tr -d '\\r'"), "{}", text(&o));
+    let o = ok(&dir, &["generate", "--checkpoint", r, "--prompt", "ROMEO:\nJULIET:", "--max-tokens", "2"]);
+    assert!(!text(&o).contains(said), "{}", text(&o));
+}
+
 /// A folder as standard input (`< DIR`) is said with what to give (it was the system's "Is a
 /// directory (os error 21)" alone), and `--prompt -` or `--text -` on a terminal says it waits
 /// for the text and how to end it (it waited without a word, as if it hung).
