@@ -142,6 +142,14 @@ pub(crate) fn generate_cmd(
             tok.kind()
         )
     })?;
+    // (A BPE read a prompt's `\r` as text, which its corpus may never have held, without a word:
+    // said, as a char model's refusal says it.)
+    if prompt.contains("\r\n") && tok.kind() != "char" {
+        eprintln!(
+            "note: the prompt has Windows line ends, \\r\\n: the model reads each \\r as text (convert them for \
+             the text it was trained on, e.g. `tr -d '\\r'`)"
+        );
+    }
     let cap = model.cfg.max_seq_len;
     if ids.len() > cap {
         let cut = ids.len() - cap;
@@ -437,7 +445,7 @@ pub(crate) fn chat(
     let lines: &mut dyn ddl::chat::Lines = match edited.as_mut() {
         Some(e) => e,
         None => {
-            plain = ddl::chat::PlainLines { input: &mut input, log: &mut log };
+            plain = ddl::chat::PlainLines::new(&mut input, &mut log);
             &mut plain
         }
     };

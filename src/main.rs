@@ -113,8 +113,11 @@ fn read_stdin_capped(what: &str, cap: u64, remedy: &str) -> Result<String> {
     if bytes.len() as u64 > cap {
         anyhow::bail!("{what}: standard input gave more than {} MiB; {remedy}", cap >> 20);
     }
-    if ddl::train::data::is_utf16(&bytes) {
-        anyhow::bail!("{what}: standard input: {}, e.g. `iconv -f UTF-16 -t UTF-8 FILE | …`", ddl::train::data::UTF16);
+    if let Some(enc) = ddl::train::data::utf16_encoding(&bytes) {
+        anyhow::bail!(
+            "{what}: standard input: {}, e.g. `iconv -f {enc} -t UTF-8 FILE | …`",
+            ddl::train::data::utf16_said(enc)
+        );
     }
     let text = String::from_utf8(bytes).map_err(|e| {
         anyhow::anyhow!(

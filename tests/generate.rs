@@ -389,17 +389,26 @@ fn a_chat_command_after_spaces_or_a_tab_is_a_command() {
 
 /// A setting named in capitals is that setting in everything it does: `/set SEED 5` made the next
 /// reply's seed 5 plus the turns before it (the seed's rule compared the name as typed), and
-/// `/set STOP X` said "(STOP = X)", not the stop texts now in force.
+/// `/set STOP X` said "(STOP = X)", not the stop texts now in force; `/set stop NONE` clears
+/// them (it added the stop text "NONE"); `/intervene none extra` says that none takes nothing
+/// after it (it was the spec syntax's generic message).
 #[test]
 fn a_setting_named_in_capitals_is_that_setting() {
     let dir = ddl::testing::scratch_dir("generate-chat-capitals");
     let run = char_run(&dir);
     let trace = dir.join("chat.safetensors");
     let tr = trace.to_str().unwrap();
-    let (_, err) = chat(&dir, &run, &["--max-tokens", "3", "--trace", tr], "A\nB\n/set SEED 5\nC\n/Set Stop NONE\n");
+    let (_, err) = chat(
+        &dir,
+        &run,
+        &["--max-tokens", "3", "--trace", tr],
+        "A\nB\n/set SEED 5\nC\n/set stop X\n/Set Stop NONE\n/intervene NONE extra\n",
+    );
     assert_eq!(turn_seeds(&trace), [0, 1, 5], "{err}");
     assert!(err.contains("(seed = 5: the next reply's seed"), "{err}");
-    assert!(err.contains("(stop texts: [\"NONE\"], and a blank line)"), "{err}");
+    assert!(err.contains("(stop texts: [\"X\"], and a blank line)"), "{err}");
+    assert!(err.contains("(stop texts: [], and a blank line)"), "{err}");
+    assert!(err.contains("/intervene none takes nothing after it (got 'extra')"), "{err}");
 }
 
 /// `--prompt 'A\nB'` is said to hold a backslash and an n, not a newline, as `--stop '\n'` would
@@ -412,6 +421,66 @@ fn a_prompt_with_a_typed_backslash_n_is_said_to_hold_no_newline() {
     let said = "note: --prompt holds `\\n` as a backslash and an n, not a newline";
     fails(&dir, &["generate", "--checkpoint", r, "--prompt", "A\\nB"], &[said, "--prompt $'ROMEO:\\nJULIET:'"]);
     let o = ok(&dir, &["generate", "--checkpoint", r, "--prompt", "A\nB", "--max-tokens", "2"]);
+    assert!(!text(&o).contains(said), "{}", text(&o));
+}
+
+/// UTF-16 without a byte-order mark (`iconv -t UTF-16LE`: valid UTF-8, a NUL beside every
+/// letter) is said to be UTF-16 with the `iconv -f` that converts it, little- or big-endian, by
+/// `eval --text` (a file or a pipe), `generate --prompt -` and a chat: a byte-level model read it
+/// as it was, NULs and all. And UTF-16 piped into `eval --text /dev/stdin` is said from the bytes
+/// read (the remedy was LATIN1's: a pipe cannot be read again to look at its start).
+#[test]
+fn utf16_without_a_mark_or_through_a_pipe_is_said_to_be_utf16() {
+    let dir = ddl::testing::scratch_dir("generate-utf16-no-mark");
+    let run = bpe_run(&dir);
+    let r = run.to_str().unwrap();
+    let text16 = "ROMEO: what light through yonder window breaks?\nJULIET: ay me\n".repeat(40);
+    let le: Vec<u8> = text16.encode_utf16().flat_map(|u| u.to_le_bytes()).collect();
+    let be: Vec<u8> = text16.encode_utf16().flat_map(|u| u.to_be_bytes()).collect();
+    let bom: Vec<u8> = [0xff, 0xfe].into_iter().chain(le.iter().copied()).collect();
+    let file = dir.join("le.txt");
+    std::fs::write(&file, &le).unwrap();
+    let f = file.to_str().unwrap();
+    let mut wrong = Vec::new();
+    for (args, input, enc) in [
+        (vec!["eval", "--checkpoint", r, "--text", f], &le, "UTF-16LE"),
+        (vec!["eval", "--checkpoint", r, "--text", "/dev/stdin"], &be, "UTF-16BE"),
+        (vec!["eval", "--checkpoint", r, "--text", "/dev/stdin"], &bom, "UTF-16"),
+        (vec!["generate", "--checkpoint", r, "--prompt", "-", "--max-tokens", "2"], &le, "UTF-16LE"),
+        (vec!["chat", "--checkpoint", r], &le, "UTF-16LE"),
+        (vec!["chat", "--checkpoint", r], &be, "UTF-16BE"),
+    ] {
+        let mut child =
+            ddl(&dir).args(&args).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+        {
+            use std::io::Write;
+            // (A reader that stops early closes the pipe: not this test's concern.)
+            let _ = child.stdin.take().unwrap().write_all(input);
+        }
+        let o = child.wait_with_output().unwrap();
+        let t = text(&o);
+        if o.status.code() != Some(1)
+            || !t.contains("it is UTF-16 text")
+            || !t.contains(&format!("iconv -f {enc} -t UTF-8"))
+            || t.contains("LATIN1")
+        {
+            wrong.push(format!("{args:?}: {t}"));
+        }
+    }
+    assert!(wrong.is_empty(), "{wrong:#?}");
+}
+
+/// A BPE prompt with Windows line ends is said to hold them, the `\r` read as text (it was kept
+/// without a word; a char model refuses the `\r` with the same remedy); one without them is not.
+#[test]
+fn a_bpe_prompt_with_windows_line_ends_is_said() {
+    let dir = ddl::testing::scratch_dir("generate-bpe-crlf");
+    let run = bpe_run(&dir);
+    let r = run.to_str().unwrap();
+    let said = "note: the prompt has Windows line ends";
+    let o = ok(&dir, &["generate", "--checkpoint", r, "--prompt", "ROMEO:\r\nJULIET:", "--max-tokens", "2"]);
+    assert!(text(&o).contains(said) && text(&o).contains("tr -d '\\r'"), "{}", text(&o));
+    let o = ok(&dir, &["generate", "--checkpoint", r, "--prompt", "ROMEO:\nJULIET:", "--max-tokens", "2"]);
     assert!(!text(&o).contains(said), "{}", text(&o));
 }
 

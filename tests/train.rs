@@ -2120,7 +2120,8 @@ fn a_chat_keeps_its_caches_across_turns_and_streams_token_by_token() {
                   /reset now\n/set stop \\\\n\n/set stop ✓\n/set stop none\nSecond\n/reset\nagain\n/quit\n";
     let (mut input, mut log, mut out) = (std::io::Cursor::new(script.as_bytes()), Vec::new(), Writes(Vec::new()));
     let trace = dir.join("chat-trace.safetensors");
-    let mut lines = PlainLines { input: &mut input, log: &mut Vec::new() };
+    let mut prompts = Vec::new();
+    let mut lines = PlainLines::new(&mut input, &mut prompts);
     let settings_seed = settings.sampler.seed;
     let opts = ddl::chat::ChatOptions { trace: Some(&trace), ..Default::default() };
     ddl::chat::run(&model, &tok, settings, &mut lines, &mut out, &mut log, &opts).unwrap();
@@ -2286,7 +2287,8 @@ fn a_chat_runs_under_interventions_and_undoes_turns() {
         dir.display()
     );
     let (mut input, mut log, mut text) = (std::io::Cursor::new(script.into_bytes()), Vec::new(), Vec::new());
-    let mut lines = PlainLines { input: &mut input, log: &mut Vec::new() };
+    let mut prompts = Vec::new();
+    let mut lines = PlainLines::new(&mut input, &mut prompts);
     let iv0 = ddl::model::Interventions::parse(&["block0.attn:beta<=1".into()], false).unwrap();
     let opts = ChatOptions { trace: Some(&trace), interventions: iv0 };
     ddl::chat::run(&model, &tok, settings, &mut lines, &mut text, &mut log, &opts).unwrap();
@@ -2331,7 +2333,8 @@ fn a_chat_runs_under_interventions_and_undoes_turns() {
     // (it was refused, telling to start the chat with the flag it was started with).
     let mut input =
         std::io::Cursor::new(b"/intervene block0.mlp:beta=3\n/intervene none\n/intervene all:beta=-1\n".to_vec());
-    let mut lines = PlainLines { input: &mut input, log: &mut Vec::new() };
+    let mut prompts = Vec::new();
+    let mut lines = PlainLines::new(&mut input, &mut prompts);
     let (mut log, mut text) = (Vec::new(), Vec::new());
     let wide = ddl::model::Interventions::parse(&[], true).unwrap();
     let opts = ChatOptions { trace: None, interventions: wide };
@@ -2343,7 +2346,8 @@ fn a_chat_runs_under_interventions_and_undoes_turns() {
     // Every turn undone: the trace records no turns as `[]` (it wrote `"turns": null`), in the
     // summary and the safetensors metadata.
     let mut input = std::io::Cursor::new(b"First\n/undo\n".to_vec());
-    let mut lines = PlainLines { input: &mut input, log: &mut Vec::new() };
+    let mut prompts = Vec::new();
+    let mut lines = PlainLines::new(&mut input, &mut prompts);
     let (mut log, mut text) = (Vec::new(), Vec::new());
     let opts =
         ChatOptions { trace: Some(&trace), interventions: ddl::model::Interventions::parse(&[], false).unwrap() };

@@ -14,6 +14,14 @@ pub trait Lines {
 pub struct PlainLines<'a> {
     pub input: &'a mut dyn BufRead,
     pub log: &'a mut dyn Write,
+    /// The bytes read so far.
+    read: u64,
+}
+
+impl<'a> PlainLines<'a> {
+    pub fn new(input: &'a mut dyn BufRead, log: &'a mut dyn Write) -> Self {
+        PlainLines { input, log, read: 0 }
+    }
 }
 
 impl Lines for PlainLines<'_> {
@@ -25,13 +33,16 @@ impl Lines for PlainLines<'_> {
             writeln!(self.log)?;
             return Ok(None);
         };
-        // (UTF-16, Notepad's "Unicode": every line after the first was NUL characters, sent as text.)
-        if crate::train::data::is_utf16(&bytes) {
+        // (UTF-16, Notepad's "Unicode": every line after the first was NUL characters, sent as text;
+        // without a byte-order mark, every line. A line of it may start at an odd byte.)
+        let odd = self.read % 2 == 1;
+        self.read += bytes.len() as u64;
+        if let Some(enc) = crate::train::data::utf16_encoding_at(&bytes, odd) {
             return Err(std::io::Error::new(
                 std::io::ErrorKind::InvalidData,
                 format!(
-                    "standard input: {}, e.g. `iconv -f UTF-16 -t UTF-8 FILE | ddl chat …`",
-                    crate::train::data::UTF16
+                    "standard input: {}, e.g. `iconv -f {enc} -t UTF-8 FILE | ddl chat …`",
+                    crate::train::data::utf16_said(enc)
                 ),
             ));
         }

@@ -71,7 +71,9 @@ impl ChatSettings {
         let name = name.to_ascii_lowercase();
         let name = name.as_str();
         // (Spaces around a value are not part of it, except a stop text's own: `/set stop ab `.)
-        let value = if name == "stop" && value.trim() != "none" { value } else { value.trim() };
+        // (`none` in any case, as `off` and the names: `/set stop NONE` was a stop text "NONE".)
+        let none = value.trim().eq_ignore_ascii_case("none");
+        let value = if name == "stop" && !none { value } else { value.trim() };
         let bad = |want: &str| format!("{name} {value:?}: expected {want}");
         let number = |want: &str| -> Result<f32, String> {
             let v = value.parse::<f64>().map_err(|_| bad(want))?;
@@ -93,7 +95,7 @@ impl ChatSettings {
             "seed" => {
                 next.sampler.seed = value.parse().map_err(|_| bad(&format!("a whole number from 0 to {}", u64::MAX)))?
             }
-            "stop" if value == "none" => next.stop.clear(),
+            "stop" if none => next.stop.clear(),
             "stop" if value.is_empty() => {
                 return Err("stop needs a text (`\\s` for a space, or `none` to clear)".into());
             }
@@ -701,8 +703,15 @@ pub fn run(
                     // beta=3, telling to start the chat with the flag it had.)
                     let allow = opts.interventions.allow_out_of_range || session.interventions().allow_out_of_range;
                     // (`none` with spaces after it is `none`: the specs split at spaces anyway.)
-                    let next = if rest.trim_end() == "none" {
+                    let first = rest.split_whitespace().next().unwrap_or("");
+                    let next = if rest.trim_end().eq_ignore_ascii_case("none") {
                         Ok(Interventions { list: Vec::new(), allow_out_of_range: allow })
+                    } else if first.eq_ignore_ascii_case("none") {
+                        // (It was the spec syntax's generic message.)
+                        let more = rest.trim_end()[first.len()..].trim_start();
+                        let msg = format!("none takes nothing after it (got '{more}'): type /intervene none alone");
+                        writeln!(log, "error: /intervene {msg} to end the interventions (nothing changed)")?;
+                        continue;
                     } else {
                         Interventions::parse(&intervene_specs(rest), allow).map(|add| {
                             let mut list = session.interventions().list.clone();
@@ -870,7 +879,7 @@ mod tests {
     fn a_line_that_is_not_utf8_is_one_bad_line_not_the_end_of_the_input() {
         let mut input = std::io::Cursor::new(b"first\n\xff\xff bad\nnext\n".to_vec());
         let mut log = Vec::new();
-        let mut lines = PlainLines { input: &mut input, log: &mut log };
+        let mut lines = PlainLines::new(&mut input, &mut log);
         let got: Vec<String> = std::iter::from_fn(|| lines.next_line("> ").unwrap()).collect();
         assert_eq!(got, ["first", "\u{fffd}\u{fffd} bad", "next"]);
         let log = String::from_utf8(log).unwrap();
@@ -901,9 +910,23 @@ mod tests {
     fn utf16_input_is_said_not_read_as_lines() {
         let mut input = std::io::Cursor::new(b"\xff\xfeh\0i\0\n\0h\0o\0\n\0".to_vec());
         let mut log = Vec::new();
-        let mut lines = PlainLines { input: &mut input, log: &mut log };
+        let mut lines = PlainLines::new(&mut input, &mut log);
         let e = lines.next_line("> ").unwrap_err().to_string();
         assert!(e.contains("it is UTF-16 text") && e.contains("iconv -f UTF-16 -t UTF-8"), "{e}");
+        // Without the mark (every line was sent to the model), after an empty line too (its NUL
+        // starts the next line: the bytes read before a line tell which UTF-16 it is).
+        for (bytes, enc) in
+            [(&b"\n\0h\0i\0\n\0"[..], "UTF-16LE"), (b"\0\n\0h\0i\0\n", "UTF-16BE"), (b"h\0i\0\n\0", "UTF-16LE")]
+        {
+            let mut input = std::io::Cursor::new(bytes.to_vec());
+            let mut lines = PlainLines::new(&mut input, &mut log);
+            let mut e = lines.next_line("> ");
+            while let Ok(Some(_)) = e {
+                e = lines.next_line("> ");
+            }
+            let e = e.unwrap_err().to_string();
+            assert!(e.contains(&format!("iconv -f {enc} -t UTF-8")), "{bytes:?}: {e}");
+        }
     }
 
     /// Lines piped from a file drop a byte-order mark (the first line of a file a Windows editor
@@ -912,7 +935,7 @@ mod tests {
     fn piped_lines_drop_a_byte_order_mark() {
         let mut input = std::io::Cursor::new("\u{feff}ROMEO:\r\nhi\n".as_bytes().to_vec());
         let mut log = Vec::new();
-        let mut lines = PlainLines { input: &mut input, log: &mut log };
+        let mut lines = PlainLines::new(&mut input, &mut log);
         assert_eq!(lines.next_line("> ").unwrap().as_deref(), Some("ROMEO:"));
         assert_eq!(lines.next_line("> ").unwrap().as_deref(), Some("hi"));
         assert_eq!(lines.next_line("> ").unwrap(), None);

@@ -77,7 +77,8 @@ impl Intervention {
         let s = spec.trim();
         let (t, a) = s.split_once(':').ok_or_else(|| err(FORMS.into()))?;
         // (Spaces inside the sublayer's name as around it: `block1 . mlp` is `block1.mlp`.)
-        let t: String = t.chars().filter(|c| !c.is_whitespace()).collect();
+        // (In any case, as the chat's commands: `ALL:BETA=0` is `all:beta=0`.)
+        let t: String = t.chars().filter(|c| !c.is_whitespace()).collect::<String>().to_ascii_lowercase();
         let target = match t.as_str() {
             "all" => Target::All,
             t => {
@@ -104,7 +105,7 @@ impl Intervention {
             }
         };
         let a = a.trim();
-        let compact: String = a.chars().filter(|c| !c.is_whitespace()).collect();
+        let compact: String = a.chars().filter(|c| !c.is_whitespace()).collect::<String>().to_ascii_lowercase();
         match compact.as_str() {
             "k=mean" => return Ok(Intervention { target, action: Action::KMean, spec: s.to_string() }),
             "write=0" => return Ok(Intervention { target, action: Action::Set(0.0), spec: s.to_string() }),
@@ -412,6 +413,16 @@ impl Interventions {
 mod tests {
     use super::*;
     use crate::model::Variant;
+
+    /// Specs in any case, as the chat's commands (`ALL:beta=0` was "unknown sublayer 'ALL'").
+    #[test]
+    fn specs_are_taken_in_any_case() {
+        for (typed, plain) in [("ALL:BETA=0", "all:beta=0"), ("Block1.MLP:Erase*=0.5", "block1.mlp:erase*=0.5")] {
+            let (a, b) = (Intervention::parse(typed).unwrap(), Intervention::parse(plain).unwrap());
+            assert_eq!((a.target, a.action), (b.target, b.action), "{typed}");
+        }
+        assert_eq!(Intervention::parse("block0.attn:K=MEAN").unwrap().action, Action::KMean);
+    }
 
     fn cfg(v: Variant) -> ModelConfig {
         ModelConfig::preset("tiny", v).unwrap()

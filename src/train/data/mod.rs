@@ -63,6 +63,10 @@ pub enum DataError {
         }
     )]
     NotUtf8 { path: PathBuf, offset: usize },
+    /// A text in UTF-16 (`enc` as `iconv -f` names it: [`utf16_encoding`]), found in the bytes
+    /// read (a pipe cannot be read again to find it).
+    #[error("'{path}'{}", utf16_remedy(enc, path))]
+    Utf16 { path: PathBuf, enc: &'static str },
     #[error("cannot read '{path}': {source}")]
     Io { path: PathBuf, source: std::io::Error },
     #[error(
@@ -160,12 +164,12 @@ fn not_a_corpus(path: &Path) -> String {
         let mut head = [0u8; 4];
         let read = std::fs::File::open(path).and_then(|mut f| std::io::Read::read_exact(&mut f, &mut head));
         // (A short file's first bytes are read too: a UTF-16 mark alone is 2.)
-        let utf16 = match read {
-            Ok(()) => is_utf16(&head),
-            Err(_) => std::fs::read(path).is_ok_and(|b| is_utf16(&b)),
-        };
-        if utf16 {
-            return format!(": {UTF16}, e.g. `iconv -f UTF-16 -t UTF-8 '{shown}' > NEW.txt`, or leave that file out");
+        let start = std::fs::File::open(path).and_then(|f| {
+            let mut start = Vec::new();
+            std::io::Read::read_to_end(&mut std::io::Read::take(f, 4096), &mut start).map(|_| start)
+        });
+        if let Some(enc) = start.ok().and_then(|b| utf16_encoding(&b)) {
+            return utf16_remedy(enc, path);
         }
         let magic = i32::from_le_bytes(head);
         return match read.is_ok() && [super::shards::MAGIC_U16, super::shards::MAGIC_U32].contains(&magic) {
@@ -190,16 +194,69 @@ fn not_a_corpus(path: &Path) -> String {
     }
 }
 
-/// What a text that starts with a UTF-16 byte-order mark is ([`is_utf16`]), before the command
-/// that converts it: `iconv -f LATIN1`, the remedy for other text that is not UTF-8, would make
-/// it a text of NUL characters.
-pub const UTF16: &str = "it is UTF-16 text, not UTF-8 (it starts with UTF-16's byte-order mark, as Windows' Notepad \
-                         \"Unicode\" and PowerShell's `>` write it): convert it from UTF-16";
+/// A UTF-16 file's error's end: what it is and the command that converts it.
+fn utf16_remedy(enc: &str, path: &Path) -> String {
+    let how = match path.is_file() {
+        true => format!("e.g. `iconv -f {enc} -t UTF-8 {} > NEW.txt`, or leave that file out", crate::shell_word(path)),
+        // (A pipe: `iconv … /dev/stdin > NEW.txt` would read nothing.)
+        false => format!("e.g. `iconv -f {enc} -t UTF-8 FILE | …` in the pipe"),
+    };
+    format!(": {}, {how}", utf16_said(enc))
+}
 
-/// Whether `head`, the first bytes of a text, starts with a UTF-16 byte-order mark (FF FE or
-/// FE FF: never UTF-8).
+/// What a UTF-16 text is ([`utf16_encoding`]'s `enc`), before the command that converts it:
+/// `iconv -f LATIN1`, the remedy for other text that is not UTF-8, would make it a text of NUL
+/// characters. `enc` is what `iconv -f` takes: `UTF-16` for a text with a byte-order mark,
+/// `UTF-16LE` or `UTF-16BE` for one without.
+pub fn utf16_said(enc: &str) -> String {
+    let why = match enc {
+        "UTF-16" => "it starts with UTF-16's byte-order mark, as Windows' Notepad \"Unicode\" and PowerShell's `>` \
+                     write it"
+            .to_string(),
+        _ => format!(
+            "a NUL byte beside every Latin letter: {enc} without a byte-order mark, as `iconv -t {enc}` writes it"
+        ),
+    };
+    format!("it is UTF-16 text, not UTF-8 ({why}): convert it from {enc}")
+}
+
+/// The UTF-16 that `head`, the first bytes of a text, is in, as `iconv -f` names it: `UTF-16`
+/// when it starts with a byte-order mark (FF FE or FE FF: never UTF-8); `UTF-16LE` or `UTF-16BE`
+/// when, without one, a NUL byte stands at one of every two places and hardly ever at the other
+/// (its first 4096 bytes, at least 2: a Latin letter's high byte; valid UTF-8 to a reader that
+/// does not look, which a byte-level model read as it was). `None` for other text. `head` starts
+/// at an even offset of the text (a line of a chat may not: [`utf16_encoding_at`]).
+pub fn utf16_encoding(head: &[u8]) -> Option<&'static str> {
+    utf16_encoding_at(head, false)
+}
+
+/// [`utf16_encoding`] of bytes that start at an odd offset of the text when `odd`.
+pub fn utf16_encoding_at(head: &[u8], odd: bool) -> Option<&'static str> {
+    if head.starts_with(&[0xff, 0xfe]) || head.starts_with(&[0xfe, 0xff]) {
+        return Some("UTF-16");
+    }
+    let head = &head[..head.len().min(4096)];
+    if head.len() < 2 {
+        return None;
+    }
+    // NULs and places at even and at odd offsets of `head`.
+    let (mut nul, mut all) = ([0usize; 2], [0usize; 2]);
+    for (i, &b) in head.iter().enumerate() {
+        all[i % 2] += 1;
+        nul[i % 2] += usize::from(b == 0);
+    }
+    let mostly = |p: usize| nul[p] > 0 && 2 * nul[p] >= all[p] && 10 * nul[1 - p] <= all[1 - p];
+    // (A NUL after each letter: little-endian; before it: big-endian.)
+    match (mostly(1), mostly(0)) {
+        (true, _) => Some(if odd { "UTF-16BE" } else { "UTF-16LE" }),
+        (_, true) => Some(if odd { "UTF-16LE" } else { "UTF-16BE" }),
+        _ => None,
+    }
+}
+
+/// Whether `head`, the first bytes of a text, is UTF-16 ([`utf16_encoding`]).
 pub fn is_utf16(head: &[u8]) -> bool {
-    head.starts_with(&[0xff, 0xfe]) || head.starts_with(&[0xfe, 0xff])
+    utf16_encoding(head).is_some()
 }
 
 /// Reads a corpus: one file, or every `.txt` file of a directory (sorted by name, joined by a
@@ -214,6 +271,10 @@ pub fn read_corpus(path: &Path) -> Result<String, DataError> {
             CorpusPart::File(f) => f,
         };
         let bytes = std::fs::read(&f).map_err(|source| DataError::Io { path: f.clone(), source })?;
+        // (From the bytes read: a pipe's are gone, so it was said as LATIN1.)
+        if let Some(enc) = utf16_encoding(&bytes) {
+            return Err(DataError::Utf16 { path: f, enc });
+        }
         let s = String::from_utf8(bytes)
             .map_err(|e| DataError::NotUtf8 { path: f.clone(), offset: e.utf8_error().valid_up_to() })?;
         if !text.is_empty() {
@@ -536,6 +597,31 @@ mod tests {
                 "{e}"
             );
         }
+
+        // Without a byte-order mark too (`iconv -t UTF-16LE`: valid UTF-8, read as it was), with
+        // the endianness iconv needs; text with a stray NUL, or binary, is not taken for it.
+        use super::utf16_encoding as enc;
+        let (le, be): (Vec<u8>, Vec<u8>) = "ROMEO: é\n"
+            .encode_utf16()
+            .map(|u| (u.to_le_bytes(), u.to_be_bytes()))
+            .fold((Vec::new(), Vec::new()), |(mut l, mut b), (x, y)| {
+                l.extend(x);
+                b.extend(y);
+                (l, b)
+            });
+        assert_eq!(
+            (enc(&le), enc(&be), enc(b"h\0"), enc(b"\0h\0i")),
+            (Some("UTF-16LE"), Some("UTF-16BE"), Some("UTF-16LE"), Some("UTF-16BE"))
+        );
+        // (Bytes from an odd offset: a chat's line after a line of one byte.)
+        let at_odd = |b: &[u8]| super::utf16_encoding_at(&b[1..], true);
+        assert_eq!((at_odd(&le), at_odd(&be)), (Some("UTF-16LE"), Some("UTF-16BE")));
+        for other in [&b"ROMEO: hi\n"[..], b"a\0bcdefgh", b"\0\0\0\0\x01\x02", b"\0", b"h", b""] {
+            assert_eq!(enc(other), None, "{other:?}");
+        }
+        std::fs::write(&latin1, &le).unwrap();
+        let e = read_corpus(&latin1).unwrap_err().to_string();
+        assert!(e.contains("it is UTF-16 text") && e.contains("iconv -f UTF-16LE -t UTF-8"), "{e}");
 
         let run = root.join("run");
         std::fs::create_dir_all(&run).unwrap();

@@ -212,7 +212,7 @@ pub(super) fn pieces_of(
         return jsonl_documents(path, |_, text| f(text, true).map(|()| ControlFlow::Continue(())));
     }
     let file = std::fs::File::open(path).map_err(io(path))?;
-    let mut feed = FileFeed { path, r: std::io::BufReader::with_capacity(1 << 20, file) };
+    let mut feed = FileFeed { path, r: utf8_reader(path, file)? };
     text_pieces(&mut feed, chunk, true, f)
 }
 
@@ -235,6 +235,18 @@ impl<R: Read> Feed for FileFeed<'_, R> {
     }
     fn not_utf8(&self, offset: usize) -> DataError {
         DataError::NotUtf8 { path: self.path.to_path_buf(), offset }
+    }
+}
+
+/// A buffered reader of a text file, refused when its first bytes are UTF-16 (without a
+/// byte-order mark it is valid UTF-8 to a reader that does not look, read by a byte-level model
+/// as it was; with one, the remedy was LATIN1's where the file is a pipe).
+pub(super) fn utf8_reader<R: Read>(path: &Path, r: R) -> Result<std::io::BufReader<R>, DataError> {
+    let mut r = std::io::BufReader::with_capacity(1 << 20, r);
+    // (The first read's bytes, left in the buffer for the text: a pipe's first piece.)
+    match crate::train::data::utf16_encoding(std::io::BufRead::fill_buf(&mut r).map_err(io(path))?) {
+        Some(enc) => Err(DataError::Utf16 { path: path.to_path_buf(), enc }),
+        None => Ok(r),
     }
 }
 
@@ -298,9 +310,7 @@ impl Feed for CorpusFeed<'_> {
             }
             self.joined = false;
             self.cur = Some(match &self.parts[next] {
-                CorpusPart::File(p) => {
-                    Box::new(std::io::BufReader::with_capacity(1 << 20, std::fs::File::open(p).map_err(io(p))?))
-                }
+                CorpusPart::File(p) => Box::new(utf8_reader(p, std::fs::File::open(p).map_err(io(p))?)?),
                 CorpusPart::Text(t) => Box::new(t.as_bytes()),
             });
             self.starts.push(self.pos);
