@@ -2,8 +2,8 @@
 //! only on the day they were made: no source file's code over ~900 lines; the CPU adapter named
 //! only by the forms module; no kernel module reaching into the benchmarks or the model; no WGSL
 //! entry point inside Rust code; no test the docs name (`FILE.rs::NAME`) missing. A file's code
-//! is what comes before its unit tests (the `mod` a `#[cfg(test)]` at the start of a line opens);
-//! test files and unit tests are not held to the line rule.
+//! is its lines without its unit tests (the `mod` a `#[cfg(test)]` at the start of a line opens,
+//! wherever it stands); test files and unit tests are not held to the line rule.
 
 use std::path::{Path, PathBuf};
 
@@ -12,7 +12,7 @@ const MAX_LINES: usize = 900;
 
 /// Files over [`MAX_LINES`] that are still to be split, each with the lines it may not grow past
 /// (docs/HOUSE.md, "What is left"). A file split below the limit must leave this list.
-const NOT_YET_SPLIT: &[(&str, usize)] = &[];
+const NOT_YET_SPLIT: &[(&str, usize)] = &[("src/generate.rs", 1700)];
 
 /// Every `.rs` file under the crates' source folders, relative to the workspace root.
 fn sources() -> Vec<PathBuf> {
@@ -34,28 +34,121 @@ fn sources() -> Vec<PathBuf> {
     out
 }
 
-/// A file's code: its lines before the unit tests, the `mod` that a `#[cfg(test)]` at the start
-/// of a line opens. (A `#[cfg(test)]` on a lone helper ended the count there and hid the rest of
-/// the file: `src/train/data.rs` counted 668 lines of its 1,723.)
-fn code(rel: &Path) -> Vec<String> {
-    let text = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)).unwrap();
-    let lines: Vec<&str> = text.lines().collect();
-    let tests = lines.windows(2).position(|w| w[0].starts_with("#[cfg(test)]") && w[1].starts_with("mod "));
-    lines[..tests.unwrap_or(lines.len())].iter().map(|l| l.to_string()).collect()
+/// A file's code: its lines, numbered from 1, without its unit tests (each `mod` that a
+/// `#[cfg(test)]` at the start of a line opens, to its closing brace; a `mod tests;` in a file of
+/// its own). (A `#[cfg(test)]` on a lone helper ended the count there and hid the rest of the
+/// file: `src/train/data.rs` counted 668 lines of its 1,723; and until session 93 the count
+/// stopped at the test module, so that `src/generate.rs`, whose tests sit at line 147, counted 146
+/// lines of its 1,700.)
+fn code(rel: &Path) -> Vec<(usize, String)> {
+    code_of(&std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)).unwrap())
 }
 
-/// The code's lines that are not comments.
+/// [`code`] of a file's text.
+fn code_of(text: &str) -> Vec<(usize, String)> {
+    let lines: Vec<&str> = text.lines().collect();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < lines.len() {
+        if lines[i].starts_with("#[cfg(test)]") && lines.get(i + 1).is_some_and(|l| l.starts_with("mod ")) {
+            i = if lines[i + 1].trim_end().ends_with(';') { i + 2 } else { block_end(&lines, i + 1) + 1 };
+            continue;
+        }
+        out.push((i + 1, lines[i].to_string()));
+        i += 1;
+    }
+    out
+}
+
+/// The index of the line that closes the block opened on line `start`: braces counted outside
+/// comments, strings (raw ones too) and character literals (a test's WGSL text holds braces).
+fn block_end(lines: &[&str], start: usize) -> usize {
+    let mut depth = 0i64;
+    let mut raw: Option<usize> = None; // inside r#…"…"#…: the number of #
+    let mut string = false;
+    let mut block_comment = 0;
+    for (n, line) in lines.iter().enumerate().skip(start) {
+        let c: Vec<char> = line.chars().collect();
+        let mut k = 0;
+        while k < c.len() {
+            let rest = |j: usize| c.get(k + j).copied();
+            if block_comment > 0 {
+                if c[k] == '*' && rest(1) == Some('/') {
+                    block_comment -= 1;
+                    k += 1;
+                } else if c[k] == '/' && rest(1) == Some('*') {
+                    block_comment += 1;
+                    k += 1;
+                }
+            } else if let Some(hashes) = raw {
+                if c[k] == '"' && (1..=hashes).all(|j| rest(j) == Some('#')) {
+                    raw = None;
+                    k += hashes;
+                }
+            } else if string {
+                if c[k] == '\\' {
+                    k += 1;
+                } else if c[k] == '"' {
+                    string = false;
+                }
+            } else if c[k] == '/' && rest(1) == Some('/') {
+                break;
+            } else if c[k] == '/' && rest(1) == Some('*') {
+                block_comment = 1;
+                k += 1;
+            } else if c[k] == 'r' && matches!(rest(1), Some('"' | '#')) && (k == 0 || !c[k - 1].is_alphanumeric()) {
+                let hashes = c[k + 1..].iter().take_while(|&&h| h == '#').count();
+                if rest(1 + hashes) == Some('"') {
+                    raw = Some(hashes);
+                    k += 1 + hashes;
+                }
+            } else if c[k] == '"' {
+                string = true;
+            } else if c[k] == '\'' {
+                // A character literal ('{', '\''), not a lifetime ('a).
+                if rest(1) == Some('\\') {
+                    k += c[k + 2..].iter().position(|&q| q == '\'').map_or(0, |p| p + 2);
+                } else if rest(2) == Some('\'') {
+                    k += 2;
+                }
+            } else if c[k] == '{' {
+                depth += 1;
+            } else if c[k] == '}' {
+                depth -= 1;
+                if depth == 0 {
+                    return n;
+                }
+            }
+            k += 1;
+        }
+    }
+    lines.len() - 1
+}
+
+/// The code's lines that are not comments, with their line numbers.
 fn code_lines(rel: &Path) -> Vec<(usize, String)> {
-    code(rel)
-        .into_iter()
-        .enumerate()
-        .filter(|(_, l)| !l.trim_start().starts_with("//"))
-        .map(|(i, l)| (i + 1, l))
-        .collect()
+    code(rel).into_iter().filter(|(_, l)| !l.trim_start().starts_with("//")).collect()
 }
 
 fn name(p: &Path) -> String {
     p.to_string_lossy().replace('\\', "/")
+}
+
+/// The count skips a test module wherever it stands, to its own closing brace, not to a brace
+/// at the start of a line inside its strings (a WGSL text), its comments or its characters.
+#[test]
+fn the_count_skips_each_test_module_and_nothing_else() {
+    let text = "use x;\n#[cfg(test)]\nmod tests {\n    const S: &str = \"\nfn f() {\n}\n\";\n    // }\n    \
+                const C: char = '}';\n    const R: &str = r#\"}\"#;\n    fn g<'a>(_: &'a str) {}\n}\nfn after() {}\n\
+                #[cfg(test)]\nmod more;\nfn last() {}\n";
+    let kept: Vec<(usize, String)> = code_of(text);
+    let lines: Vec<usize> = kept.iter().map(|(n, _)| *n).collect();
+    assert_eq!(lines, [1, 13, 16], "{kept:?}");
+    // The files whose tests stand before the end: counted past them.
+    for (file, at_least) in [("src/generate.rs", 1000), ("src/gpu/recorder.rs", 250)] {
+        let n = code(Path::new(file)).len();
+        assert!(n >= at_least, "{file}: {n} lines of code counted");
+    }
 }
 
 #[test]
@@ -74,7 +167,7 @@ fn no_source_file_holds_more_than_900_lines_of_code() {
             )),
             Some(_) => {}
             None if n > MAX_LINES => over.push(format!(
-                "{}: {n} lines of code (before its unit tests), over {MAX_LINES}: split it by concern into a \
+                "{}: {n} lines of code (without its unit tests), over {MAX_LINES}: split it by concern into a \
                  folder (docs/HOUSE.md)",
                 name(&p)
             )),
