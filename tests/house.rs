@@ -12,7 +12,7 @@ const MAX_LINES: usize = 900;
 
 /// Files over [`MAX_LINES`] that are still to be split, each with the lines it may not grow past
 /// (docs/HOUSE.md, "What is left"). A file split below the limit must leave this list.
-const NOT_YET_SPLIT: &[(&str, usize)] = &[("src/generate.rs", 1700)];
+const NOT_YET_SPLIT: &[(&str, usize)] = &[];
 
 /// Every `.rs` file under the crates' source folders, relative to the workspace root.
 fn sources() -> Vec<PathBuf> {
@@ -145,7 +145,7 @@ fn the_count_skips_each_test_module_and_nothing_else() {
     let lines: Vec<usize> = kept.iter().map(|(n, _)| *n).collect();
     assert_eq!(lines, [1, 13, 16], "{kept:?}");
     // The files whose tests stand before the end: counted past them.
-    for (file, at_least) in [("src/generate.rs", 1000), ("src/gpu/recorder.rs", 250)] {
+    for (file, at_least) in [("src/gpu/recorder.rs", 250), ("src/shaders/poison.rs", 150)] {
         let n = code(Path::new(file)).len();
         assert!(n >= at_least, "{file}: {n} lines of code counted");
     }
