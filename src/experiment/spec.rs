@@ -259,8 +259,7 @@ impl ExperimentSpec {
         let v = *self.variant_list().ok()?.first()?;
         // (Any length will do: the batch does not depend on it.)
         let probe = ExperimentSpec { steps: 1 << 40, ..self.clone() };
-        let t = probe.run_config(v, self.seeds.first().copied().unwrap_or(1)).ok()?.train;
-        Some(t.batch_size as u64 * t.seq_len as u64 * t.grad_accum as u64)
+        Some(probe.run_config(v, self.seeds.first().copied().unwrap_or(1)).ok()?.train.tokens_per_step())
     }
 
     /// The runs' length as the grid says it: "250 steps", or "153 steps (tokens = 5M, 32.8 k a step)".

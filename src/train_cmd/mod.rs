@@ -552,54 +552,43 @@ pub(crate) fn train(dev: &DeviceArgs, a: TrainArgs) -> Result<()> {
     let resume_refusal = from
         .as_deref()
         .and_then(|src| ddl::train::resume_data_problem(&run, src, a.corpus.is_some(), a.data.is_some()));
-    // --tokens: the step where the run has seen that many (its global batch's tokens a step).
+    // --tokens / --epochs: the step where the run has seen that many tokens, or passes over its
+    // training split (its global batch's tokens a step), said with how it came to it.
     // (--epochs: the epochs by the last step, for a dry run's plan whose corpus is not cached.)
     let mut by_epochs = None;
-    let (steps, a) = match a.tokens {
-        Some(tokens) => {
-            let per_step = run.train.batch_size as u64 * run.train.seq_len as u64 * run.train.grad_accum as u64;
+    let per_step = run.train.tokens_per_step();
+    let resolved = match (a.tokens, a.epochs) {
+        (Some(tokens), _) => {
             let steps = usize::try_from(tokens.div_ceil(per_step)).unwrap_or(usize::MAX);
+            let all = ddl::train::describe::count((steps as u64).saturating_mul(per_step));
+            Some((steps, format!("--tokens {}", ddl::train::describe::count(tokens)), format!("{all} tokens in all")))
+        }
+        (None, Some(epochs)) => {
+            let train = ddl::train::data::train_tokens(&run, from.as_deref(), !a.dry_run)?;
+            let steps = ((epochs * train as f64 / per_step as f64).ceil() as usize).max(1);
+            by_epochs = Some(steps as f64 * per_step as f64 / train as f64);
+            let split = format!("{epochs} × the training split's {} tokens", ddl::train::describe::count(train));
+            Some((steps, format!("--epochs {epochs}"), split))
+        }
+        (None, None) => None,
+    };
+    let (steps, a) = match resolved {
+        Some((steps, flag, all)) => {
             if launched_rank() == 0 {
                 use ddl::train::describe::count;
                 eprintln!(
-                    "--tokens {}: {} {} of {} tokens (batch_size {} × seq_len {} × grad_accum {}), {} tokens in all",
-                    count(tokens),
+                    "{flag}: {} {} of {} tokens (batch_size {} × seq_len {} × grad_accum {}), {all}",
                     count(steps as u64),
                     if steps == 1 { "step" } else { "steps" },
                     count(per_step),
                     run.train.batch_size,
                     run.train.seq_len,
                     run.train.grad_accum,
-                    count((steps as u64).saturating_mul(per_step))
                 );
             }
             (steps, TrainArgs { steps: Some(steps), ..a })
         }
-        None => match a.epochs {
-            // --epochs: the step where the run has seen that many passes over its training split.
-            Some(epochs) => {
-                let per_step = run.train.batch_size as u64 * run.train.seq_len as u64 * run.train.grad_accum as u64;
-                let train = ddl::train::data::train_tokens(&run, from.as_deref(), !a.dry_run)?;
-                let steps = ((epochs * train as f64 / per_step as f64).ceil() as usize).max(1);
-                if launched_rank() == 0 {
-                    use ddl::train::describe::count;
-                    eprintln!(
-                        "--epochs {epochs}: {} {} of {} tokens (batch_size {} × seq_len {} × grad_accum {}), {epochs} × \
-                         the training split's {} tokens",
-                        count(steps as u64),
-                        if steps == 1 { "step" } else { "steps" },
-                        count(per_step),
-                        run.train.batch_size,
-                        run.train.seq_len,
-                        run.train.grad_accum,
-                        count(train)
-                    );
-                }
-                by_epochs = Some(steps as f64 * per_step as f64 / train as f64);
-                (steps, TrainArgs { steps: Some(steps), ..a })
-            }
-            None => (steps, a),
-        },
+        None => (steps, a),
     };
     // `--distributed mpi`'s own flags: a dry run refuses what the run would (it said nothing of
     // a `--mpi-bucket-mib -1` the run then refused).

@@ -327,6 +327,11 @@ impl TrainConfig {
         self.min_lr + 0.5 * (1.0 + (std::f64::consts::PI * r).cos()) * (self.lr - self.min_lr)
     }
 
+    /// The tokens one optimizer step sees: the global batch, batch_size × seq_len × grad_accum.
+    pub fn tokens_per_step(&self) -> u64 {
+        self.batch_size as u64 * self.seq_len as u64 * self.grad_accum as u64
+    }
+
     /// The schedule as `ddl train --dry-run` says it: "lr 0.003, warm-up 50 steps, cosine to 0.0003
     /// at step 2000 (train.decay_steps)".
     pub fn schedule_words(&self) -> String {
