@@ -2211,7 +2211,10 @@ fn ctrl_c_during_the_final_evaluation_stops_it_and_keeps_the_last_step() {
     // the same row as the uninterrupted run's, and its summary completed.
     let o = cmd(&dir).args(["train", "--resume", out.to_str().unwrap(), "--steps", "2"]).output().unwrap();
     let t = text(&o);
-    assert!(o.status.success() && t.contains("final evaluation, stopped before, is done now"), "{t}");
+    assert!(
+        o.status.success() && t.contains("final evaluation, stopped before or missing from metrics.jsonl, is done now"),
+        "{t}"
+    );
     let full = |m: &str| m.lines().find(|l| l.contains("\"val_full\":true")).map(str::to_string);
     let m = std::fs::read_to_string(out.join("metrics.jsonl")).unwrap();
     assert_eq!(full(&m), full(&m2), "the made-up evaluation differs from the uninterrupted run's");
@@ -2294,6 +2297,58 @@ fn ctrl_c_during_the_final_evaluation_stops_it_and_keeps_the_last_step() {
     meta.insert("state".into(), state.to_string());
     write_st(&optim, &t, meta);
     fails(&dir, &["train", "--resume", out.to_str().unwrap()], &["does not record the --steps", "pass --steps N"]);
+}
+
+/// A finished run whose metrics.jsonl ends in a torn final-evaluation line while summary.json
+/// holds that evaluation (a copy cut short) was "nothing to train" for `--resume`, which kept the
+/// torn line, and `ddl plot` sent it to `--resume`: the resume now makes the evaluation again
+/// (nothing trained), the same row as before, and the curves have it.
+#[test]
+fn a_finished_run_whose_metrics_lost_the_final_evaluation_makes_it_again_on_resume() {
+    let dir = tmpdir("torn-final-eval");
+    let c = ddl::testing::small_corpus(&dir);
+    let out = dir.join("run");
+    let a = train_args(&c, out.to_str().unwrap(), "2", &["--set", "train.eval_every=0"]);
+    let o = cmd(&dir).args(&a).output().unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let metrics = out.join("metrics.jsonl");
+    let whole = std::fs::read_to_string(&metrics).unwrap();
+    let summary = |p: &Path| -> serde_json::Value {
+        serde_json::from_str(&std::fs::read_to_string(p.join("summary.json")).unwrap()).unwrap()
+    };
+    let before = summary(&out);
+    let last = whole.trim_end().lines().last().unwrap();
+    assert!(last.contains("\"val_full\":true"), "{whole}");
+    // The final row cut in the middle (no newline): the copy's metrics.jsonl.
+    std::fs::write(&metrics, &whole[..whole.len() - last.len() / 2 - 1]).unwrap();
+    let plot = dir.join("loss.png");
+    let o = cmd(&dir).args(["plot", out.to_str().unwrap(), "--out", plot.to_str().unwrap()]).output().unwrap();
+    assert!(
+        text(&o).contains("its summary.json holds the final one") && text(&o).contains("makes it again"),
+        "{}",
+        text(&o)
+    );
+    let o = cmd(&dir).args(["train", "--resume", out.to_str().unwrap()]).output().unwrap();
+    let t = text(&o);
+    assert!(o.status.success(), "{t}");
+    assert!(
+        t.contains("lacks the final evaluation of step 2 that summary.json holds") && t.contains("made again"),
+        "{t}"
+    );
+    assert!(t.contains("its final evaluation, stopped before or missing from metrics.jsonl, is done now"), "{t}");
+    assert!(!t.contains("nothing to train"), "{t}");
+    let again = std::fs::read_to_string(&metrics).unwrap();
+    assert_eq!(again, whole, "the made-again evaluation is not the row that was lost");
+    let after = summary(&out);
+    for key in ["step", "val_loss", "val_tokens", "train_loss", "interrupted"] {
+        assert_eq!(after[key], before[key], "summary.json's {key}: {after} against {before}");
+    }
+    let o = cmd(&dir).args(["plot", out.to_str().unwrap(), "--out", plot.to_str().unwrap()]).output().unwrap();
+    assert!(o.status.success() && plot.exists(), "{}", text(&o));
+    // Then it is finished as before: nothing to train, nothing written.
+    let o = cmd(&dir).args(["train", "--resume", out.to_str().unwrap()]).output().unwrap();
+    assert!(text(&o).contains("nothing to train: the run finished at step 2"), "{}", text(&o));
+    assert_eq!(std::fs::read_to_string(&metrics).unwrap(), whole);
 }
 
 #[test]

@@ -286,7 +286,19 @@ fn read_run(
         // (A run training now goes on by itself: resuming it is refused while it runs.)
         let training = super::lock::refuse_if_held(run).is_err();
         let go_on = if training { "it is training now" } else { "`ddl train --resume RUN` goes on" };
+        // (A finished run whose metrics.jsonl lost the final evaluation its summary.json holds: a
+        // copy cut short. `--resume` makes it again.)
+        let lost = !training
+            && super::checkpoint::saved_step(run).is_ok_and(|step| {
+                super::finished_summary(run, step).is_some_and(|(_, from_metrics)| !from_metrics)
+                    && !super::final_evaluation_logged(run, step)
+            });
         let val_why = match eval_every {
+            _ if lost => {
+                "no evaluation in its metrics.jsonl, though its summary.json holds the final one (the file was \
+                 cut short or replaced): `ddl train --resume RUN` makes it again, nothing trained"
+                    .to_string()
+            }
             Some(0) => format!(
                 "no evaluation in its metrics.jsonl (train.eval_every = 0 and no final evaluation yet: the run has not \
                  finished; {})",

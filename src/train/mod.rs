@@ -317,6 +317,14 @@ pub fn finished_summary(dir: &Path, step: usize) -> Option<(Summary, bool)> {
     summary(&row, Some(whole)).map(|s| (s, true))
 }
 
+/// Whether `dir/metrics.jsonl` holds the final evaluation of `step` (a finished run's
+/// `summary.json` can hold one its metrics.jsonl lost: the file cut short in a copy, or replaced),
+/// which the curves (`ddl plot`, loss.png) draw from.
+#[cfg(feature = "native")]
+pub fn final_evaluation_logged(dir: &Path, step: usize) -> bool {
+    final_evaluation_row(dir, step).is_some()
+}
+
 /// The last row of `out/metrics.jsonl` holding the final evaluation (over the whole validation
 /// split) of `step`, if any.
 #[cfg(feature = "native")]

@@ -62,7 +62,7 @@ pub(super) fn report_training(
     }
     if summary.losses.is_empty() && summary.val_tokens.is_some() {
         println!(
-            "the run is at step {} already (--steps {}): its final evaluation, stopped before, is done now",
+            "the run is at step {} already (--steps {}): its final evaluation, stopped before or missing from metrics.jsonl, is done now",
             summary.step, summary.target
         );
     } else if summary.losses.is_empty() {
