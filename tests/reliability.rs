@@ -3785,4 +3785,16 @@ fn a_stale_lock_and_temporary_files_are_said_and_resume_clears_them() {
         t.contains("is stale") && t.contains("came with a copy of the folder") && !t.contains("training now"),
         "{t}"
     );
+    // The lock's own temporary file copied from a run taking its lock elsewhere (a live PID, its
+    // text naming the folder it was made in) or left by a killed one: named, and removed by the
+    // next lock; one made in this folder by a live process is not.
+    let copied_new = run.join(format!(".ddl-lock.new-{}", std::process::id()));
+    std::fs::write(&copied_new, format!("{} {host} 1 dir=1:1\n", std::process::id())).unwrap();
+    let dead_stale = run.join(format!(".ddl-lock.stale-{dead}"));
+    std::fs::write(&dead_stale, format!("{dead} {host}\n")).unwrap();
+    let t = text(&cmd(&dir).args(["info", "--checkpoint", r]).output().unwrap());
+    assert!(t.contains(".ddl-lock.new-") && t.contains(&format!(".ddl-lock.stale-{dead}")), "{t}");
+    let o = cmd(&dir).args(["train", "--resume", r, "--steps", "4"]).output().unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(!copied_new.exists() && !dead_stale.exists(), "{}", text(&o));
 }

@@ -172,7 +172,9 @@ pub fn describe(path: &Path) -> Result<CheckpointInfo, CheckpointError> {
         stale_temporaries: if super::lock::holder(&run).is_some() {
             Vec::new()
         } else {
-            checkpoint::stale_temporaries(&run)
+            let mut t = checkpoint::stale_temporaries(&run);
+            t.extend(super::lock::stale_temporaries(&run));
+            t
         },
         run,
         config_unreadable: RunConfig::read_file(path).and_then(Result::err).map(|e| e.message().trim().to_string()),

@@ -194,19 +194,36 @@ impl RunLock {
     }
 }
 
-/// Removes the temporary files of the lock (`.ddl-lock.new-PID`, `.ddl-lock.stale-PID`) that
-/// processes killed in the middle of [`RunLock::acquire`] left in `dir`.
+/// The temporary files of the lock in `dir` (`.ddl-lock.new-PID`, `.ddl-lock.stale-PID`) that no
+/// live [`RunLock::acquire`] uses: left by a process killed in the middle of it, or copied with
+/// the folder from one taking a lock where it was made (its text names that folder). `ddl info
+/// --checkpoint` names them; the next lock of `dir` removes them.
+pub fn stale_temporaries(dir: &Path) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(dir) else { return Vec::new() };
+    let mut found: Vec<PathBuf> = entries
+        .flatten()
+        .filter(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let pid = [".new-", ".stale-"]
+                .iter()
+                .find_map(|m| name.strip_prefix(LOCK_FILE)?.strip_prefix(m))
+                .and_then(|p| p.parse::<u32>().ok());
+            pid.is_some_and(|p| {
+                p != std::process::id()
+                    && (alive(p) == Some(false)
+                        || std::fs::read_to_string(e.path()).is_ok_and(|text| copied(&text, dir)))
+            })
+        })
+        .map(|e| e.path())
+        .collect();
+    found.sort();
+    found
+}
+
+/// Removes the lock's [`stale_temporaries`] from `dir`.
 fn remove_dead_temporaries(dir: &Path) {
-    let Ok(entries) = std::fs::read_dir(dir) else { return };
-    for e in entries.flatten() {
-        let name = e.file_name().to_string_lossy().into_owned();
-        let pid = [".new-", ".stale-"]
-            .iter()
-            .find_map(|m| name.strip_prefix(LOCK_FILE)?.strip_prefix(m))
-            .and_then(|p| p.parse::<u32>().ok());
-        if pid.is_some_and(|p| p != std::process::id() && alive(p) == Some(false)) {
-            let _ = std::fs::remove_file(e.path());
-        }
+    for p in stale_temporaries(dir) {
+        let _ = std::fs::remove_file(p);
     }
 }
 
