@@ -37,6 +37,16 @@ pub struct ExperimentSpec {
     /// it resolved to in the grid's copy of the spec.
     #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "token_count")]
     pub tokens: Option<u64>,
+    /// Passes over the training split every run makes instead of `steps` (1, 2.5): the step where
+    /// a run has seen epochs × the split's tokens (÷ the global batch's tokens, rounded up), as
+    /// `ddl train --epochs` takes it. The split is counted from the corpus's cached set, else the
+    /// corpus is tokenised to count it (into a temporary folder: the runs cache it). Kept beside
+    /// the steps it resolved to in the grid's copy of the spec.
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "epoch_count")]
+    pub epochs: Option<f64>,
+    /// The training split's tokens `epochs` were counted against (not written).
+    #[serde(skip)]
+    pub split_tokens: Option<u64>,
     /// Corpus and tokenizer (default: the preset's, TinyShakespeare and `char`).
     #[serde(default)]
     pub corpus: Option<String>,
@@ -69,6 +79,19 @@ fn at_least_one<'de, D: serde::Deserializer<'de>>(d: D) -> Result<usize, D::Erro
         .ok()
         .filter(|n| *n >= 1)
         .ok_or_else(|| serde::de::Error::invalid_value(serde::de::Unexpected::Signed(n), &"a whole number ≥ 1"))
+}
+
+/// Passes over the training split: a number above 0, at most 10^6 (as `ddl train --epochs`).
+fn epoch_count<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> {
+    let e = f64::deserialize(d)?;
+    if e.is_finite() && e > 0.0 && e <= 1e6 {
+        Ok(Some(e))
+    } else {
+        Err(serde::de::Error::invalid_value(
+            serde::de::Unexpected::Float(e),
+            &"passes over the training split above 0 and at most 1000000 (1, 2.5)",
+        ))
+    }
 }
 
 /// A token count: a whole number (`5000000`) or one as `ddl train --tokens` takes it (`"5M"`).
@@ -182,7 +205,6 @@ impl ExperimentSpec {
             }
         })?;
         spec.check().map_err(err)?;
-        spec.resolve_tokens().map_err(err)?;
         // The data files must exist now, before the experiment's folder is written.
         if let Some(c) = &spec.corpus
             && c != crate::train::data::DEFAULT_CORPUS
@@ -199,6 +221,7 @@ impl ExperimentSpec {
         {
             return Err(err(format!("tokenizer = \"{t}\": no such file (\"char\", or a tokenizer.json)")));
         }
+        spec.resolve_tokens().map_err(err)?;
         // Every run's config must resolve now, not an hour into the grid (a seed changes nothing
         // that is checked: each variant's first seed stands for its runs). A setting wrong for every
         // variant is the spec's; one wrong for some, theirs.
@@ -221,10 +244,18 @@ impl ExperimentSpec {
     /// variant's: the grid's runs share batch and context). Both given must agree (the grid's own
     /// copy of a spec keeps both); neither is refused.
     fn resolve_tokens(&mut self) -> Result<(), String> {
+        if let (Some(t), Some(e)) = (self.tokens, self.epochs) {
+            return Err(format!(
+                "tokens = {t} and epochs = {e}: both give the runs' length; give one of steps, tokens or epochs"
+            ));
+        }
+        if let Some(epochs) = self.epochs {
+            return self.resolve_epochs(epochs);
+        }
         let Some(tokens) = self.tokens else {
             if self.steps == 0 {
                 return Err("missing `steps`: a spec names at least preset, variants, seeds and steps (or tokens = \
-                            \"5M\" instead of steps: the step where each run has seen them), e.g. \
+                            \"5M\" or epochs = 1 instead of steps: the step where each run has seen them), e.g. \
                             experiments/shakespeare.toml (docs/TRAINING.md, \"Experiments\")"
                     .into());
             }
@@ -253,6 +284,40 @@ impl ExperimentSpec {
         Ok(())
     }
 
+    /// `epochs` instead of `steps`: the steps they take, from the training split's tokens (the
+    /// first variant's run settings: the grid's runs share corpus, tokenizer and batch). Both given
+    /// must agree.
+    fn resolve_epochs(&mut self, epochs: f64) -> Result<(), String> {
+        let v = self.variant_list()?.first().copied();
+        let probe = ExperimentSpec { steps: 1 << 40, ..self.clone() };
+        let (Some(per_step), Some(run)) = (
+            self.tokens_per_step(),
+            v.and_then(|v| probe.run_config(v, self.seeds.first().copied().unwrap_or(1)).ok()),
+        ) else {
+            // (A setting that does not resolve: said by the spec's run checks, by variant.)
+            if self.steps == 0 {
+                self.steps = 1 << 40;
+            }
+            return Ok(());
+        };
+        let train = crate::train::data::train_tokens(&run, None, false)
+            .map_err(|e| format!("epochs = {epochs}: the training split could not be counted: {e}"))?;
+        let steps = ((epochs * train as f64 / per_step as f64).ceil() as usize).max(1);
+        if self.steps != 0 && self.steps != steps {
+            return Err(format!(
+                "steps = {} and epochs = {epochs} disagree: {epochs} × the training split's {} tokens are {} of {} \
+                 tokens (batch_size × seq_len × grad_accum); give one of them",
+                self.steps,
+                crate::train::cache::count(train),
+                crate::plural(steps, "step"),
+                crate::train::cache::count(per_step)
+            ));
+        }
+        self.steps = steps;
+        self.split_tokens = Some(train);
+        Ok(())
+    }
+
     /// The tokens one step of the grid's runs sees (its global batch), if the first variant's
     /// settings resolve.
     pub fn tokens_per_step(&self) -> Option<u64> {
@@ -265,10 +330,15 @@ impl ExperimentSpec {
     /// The runs' length as the grid says it: "250 steps", or "153 steps (tokens = 5M, 32.8 k a step)".
     pub fn length_words(&self) -> String {
         let steps = crate::plural(self.steps, "step");
-        match (self.tokens, self.tokens_per_step()) {
-            (Some(t), Some(per)) => format!(
+        match (self.tokens, self.epochs.zip(self.split_tokens), self.tokens_per_step()) {
+            (Some(t), _, Some(per)) => format!(
                 "{steps} (tokens = {}, {} a step)",
                 crate::train::cache::count(t),
+                crate::train::cache::count(per)
+            ),
+            (_, Some((e, split)), Some(per)) => format!(
+                "{steps} (epochs = {e} of the training split's {} tokens, {} a step)",
+                crate::train::cache::count(split),
                 crate::train::cache::count(per)
             ),
             _ => steps,
@@ -422,9 +492,10 @@ impl ExperimentSpec {
                  pair runs of the same steps and tokens), and a run stopped early would never count as finished; \
                  remove early_stop (or set it to 0), and choose `steps` by the report's length check",
                 // (With `tokens`, the steps are not resolved yet while the settings are checked.)
-                match self.tokens {
-                    Some(t) => format!("{} tokens (`tokens`)", crate::train::cache::count(t)),
-                    None => crate::plural(self.steps, "step"),
+                match (self.tokens, self.epochs) {
+                    (Some(t), _) => format!("{} tokens (`tokens`)", crate::train::cache::count(t)),
+                    (_, Some(e)) => format!("{e} epoch{} (`epochs`)", if e == 1.0 { "" } else { "s" }),
+                    _ => crate::plural(self.steps, "step"),
                 }
             ));
         }
@@ -507,6 +578,37 @@ fn spec_words(remedy: &str) -> String {
 mod tests {
     use super::*;
     use crate::experiment::test_support::spec;
+
+    /// `epochs` instead of `steps`: passes over the training split (a char corpus: a token a
+    /// character of its training part), rounded up to whole steps; said in the grid's length; the
+    /// copy keeps both and reads back; with `tokens`, or steps that disagree, refused by name.
+    #[test]
+    fn epochs_give_the_steps() {
+        let dir = crate::testing::scratch_dir("spec-epochs");
+        let corpus = crate::testing::small_corpus(&dir);
+        let head = format!("preset = \"tiny\"\nvariants = [\"baseline\", \"ddl\"]\nseeds = [1]\ncorpus = {corpus:?}\n");
+        let parse = |extra: &str| ExperimentSpec::parse(&format!("{head}{extra}"), Path::new("s.toml"));
+        let per = parse("steps = 1\n").unwrap().tokens_per_step().unwrap();
+        let s = parse("epochs = 2.5\n").unwrap();
+        let split = s.split_tokens.unwrap();
+        assert!((15_000..20_000).contains(&split), "{split} of a 20,000-character corpus");
+        assert_eq!(s.steps as u64, (5 * split).div_ceil(2 * per), "{s:?}");
+        assert!(s.length_words().contains("(epochs = 2.5 of the training split's "), "{}", s.length_words());
+        assert_eq!(parse("epochs = 1\n").unwrap().steps as u64, split.div_ceil(per));
+        let copy = toml::to_string(&s).unwrap();
+        assert!(copy.contains(&format!("steps = {}", s.steps)) && copy.contains("epochs = 2.5"), "{copy}");
+        assert_eq!(ExperimentSpec::parse(&copy, Path::new("copy.toml")).unwrap(), s);
+        let e = parse(&format!("steps = {}\nepochs = 2.5\n", s.steps + 1)).unwrap_err().to_string();
+        assert!(e.contains("disagree") && e.contains("give one of them"), "{e}");
+        let e = parse("epochs = 1\ntokens = 100\n").unwrap_err().to_string();
+        assert!(e.contains("both give the runs' length"), "{e}");
+        for bad in ["0", "-1", "1e9"] {
+            let e = parse(&format!("epochs = {bad}\n")).unwrap_err().to_string();
+            assert!(e.contains("above 0 and at most 1000000"), "{bad}: {e}");
+        }
+        let e = parse("epochs = 1\n[train]\nearly_stop = 2\n").unwrap_err().to_string();
+        assert!(e.contains("trains the spec's 1 epoch (`epochs`)"), "{e}");
+    }
 
     /// `tokens` instead of `steps`: the step where each run has seen them (rounded up), written as
     /// `ddl train --tokens` takes them or as a whole number; both given must agree (the grid's own

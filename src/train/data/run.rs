@@ -394,7 +394,7 @@ pub fn train_tokens(
     // (A corpus that cannot be read is said by the tokenising below, as the run says it.)
     if corpus_files(Path::new(&run.corpus)).is_ok_and(|files| files.iter().any(|f| is_pipe(f))) {
         return Err(crate::train::TrainError::Settings(format!(
-            "--epochs: the corpus {} is a pipe, whose text can be read only once, and --epochs needs its size before the run reads it: give --steps or --tokens, or save the text to a file first",
+            "epochs: the corpus {} is a pipe, whose text can be read only once, and epochs need its size before the run reads it: give --steps or --tokens instead (`steps` or `tokens` in an experiment spec), or save the text to a file first",
             run.corpus
         )));
     }
