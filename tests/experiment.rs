@@ -1008,3 +1008,38 @@ fn a_grid_kept_without_its_metrics_is_not_said_to_be_unstarted() {
     assert!(r.status.success(), "{t}");
     assert!(t.contains("curves: the report's val_loss.png") && !t.contains("--out curves.png"), "{t}");
 }
+
+/// A spec's relative corpus (taken from the current directory) is kept absolute in the grid's
+/// experiment.toml, as the runs' config.toml keep it: the grid is reported (`--report-only` with
+/// its experiment.toml as the spec) and described from any other directory (it was "corpus = \"c.txt\":
+/// no such file"), and the same spec run again where it was written is the same spec.
+#[test]
+fn a_grid_with_a_relative_corpus_is_found_from_any_directory() {
+    let dir = tmpdir("experiment-relative-corpus");
+    let corpus = ddl::testing::small_corpus(&dir);
+    let text_of = std::fs::read_to_string(spec(&dir, 1)).unwrap();
+    let relative = text_of.replace(&format!("corpus = \"{corpus}\""), "corpus = \"corpus.txt\"");
+    let relative = relative.replace("variants = [\"baseline\", \"ddl\"]", "variants = [\"baseline\"]");
+    let relative = relative.replace("seeds = [1, 2]", "seeds = [1]");
+    assert!(relative.contains("corpus = \"corpus.txt\""), "{relative}");
+    std::fs::write(dir.join("rel.toml"), relative).unwrap();
+    let run = |cwd: &Path, args: &[&str]| {
+        ddl::testing::ddl_command(env!("CARGO_BIN_EXE_ddl"), &dir).current_dir(cwd).args(args).output().unwrap()
+    };
+    let r = run(&dir, &["experiment", "--spec", "rel.toml", "--out", "grid"]);
+    assert!(r.status.success(), "{}", text(&r));
+    let copy = std::fs::read_to_string(dir.join("grid/experiment.toml")).unwrap();
+    let absolute = std::fs::canonicalize(&corpus).unwrap().display().to_string();
+    assert!(copy.contains(&format!("corpus = \"{absolute}\"")), "{copy}");
+    let elsewhere = dir.join("elsewhere");
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    let g = dir.join("grid");
+    let g = g.to_str().unwrap();
+    let own = format!("{g}/experiment.toml");
+    let r = run(&elsewhere, &["experiment", "--spec", &own, "--out", g, "--report-only"]);
+    assert!(r.status.success(), "{}", text(&r));
+    let r = run(&elsewhere, &["info", "--checkpoint", g]);
+    assert!(r.status.success() && !text(&r).contains("without a readable experiment.toml"), "{}", text(&r));
+    let r = run(&dir, &["experiment", "--spec", "rel.toml", "--out", "grid"]);
+    assert!(r.status.success() && text(&r).contains("finished earlier, not re-run"), "{}", text(&r));
+}

@@ -221,6 +221,18 @@ impl ExperimentSpec {
         {
             return Err(err(format!("tokenizer = \"{t}\": no such file (\"char\", or a tokenizer.json)")));
         }
+        // Relative paths made absolute (as a run's config.toml holds them): the grid's copy of the
+        // spec, experiment.toml, then finds them from any directory (`--report-only`, `ddl info
+        // --checkpoint`, the grid run again from elsewhere).
+        for (p, special) in [(&mut spec.corpus, crate::train::data::DEFAULT_CORPUS), (&mut spec.tokenizer, "char")] {
+            if let Some(given) = p.as_mut()
+                && given != special
+                && Path::new(given).is_relative()
+                && let Ok(abs) = std::fs::canonicalize(&*given)
+            {
+                *given = abs.display().to_string();
+            }
+        }
         spec.resolve_tokens().map_err(err)?;
         // Every run's config must resolve now, not an hour into the grid (a seed changes nothing
         // that is checked: each variant's first seed stands for its runs). A setting wrong for every
