@@ -342,17 +342,21 @@ impl ExperimentSpec {
     /// The runs' length as the grid says it: "250 steps", or "153 steps (tokens = 5M, 32.8 k a step)".
     pub fn length_words(&self) -> String {
         let steps = crate::plural(self.steps, "step");
-        match (self.tokens, self.epochs.zip(self.split_tokens), self.tokens_per_step()) {
+        match (self.tokens, self.epochs, self.tokens_per_step()) {
             (Some(t), _, Some(per)) => format!(
                 "{steps} (tokens = {}, {} a step)",
                 crate::train::cache::count(t),
                 crate::train::cache::count(per)
             ),
-            (_, Some((e, split)), Some(per)) => format!(
-                "{steps} (epochs = {e} of the training split's {} tokens, {} a step)",
-                crate::train::cache::count(split),
-                crate::train::cache::count(per)
-            ),
+            (_, Some(e), Some(per)) => match self.split_tokens {
+                Some(split) => format!(
+                    "{steps} (epochs = {e} of the training split's {} tokens, {} a step)",
+                    crate::train::cache::count(split),
+                    crate::train::cache::count(per)
+                ),
+                // (A grid's copy read as it is, not counted again.)
+                None => format!("{steps} (epochs = {e}, {} a step)", crate::train::cache::count(per)),
+            },
             _ => steps,
         }
     }
@@ -610,6 +614,9 @@ mod tests {
         let copy = toml::to_string(&s).unwrap();
         assert!(copy.contains(&format!("steps = {}", s.steps)) && copy.contains("epochs = 2.5"), "{copy}");
         assert_eq!(ExperimentSpec::parse(&copy, Path::new("copy.toml")).unwrap(), s);
+        // (The copy read as it is, as `ddl info --checkpoint` reads it: not counted again.)
+        let raw: ExperimentSpec = toml::from_str(&copy).unwrap();
+        assert!(raw.length_words().ends_with(&format!("(epochs = 2.5, {} a step)", crate::train::cache::count(per))));
         let e = parse(&format!("steps = {}\nepochs = 2.5\n", s.steps + 1)).unwrap_err().to_string();
         assert!(e.contains("disagree") && e.contains("give one of them"), "{e}");
         let e = parse("epochs = 1\ntokens = 100\n").unwrap_err().to_string();

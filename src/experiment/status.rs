@@ -60,6 +60,9 @@ pub struct ExperimentInfo {
     pub description: Option<String>,
     pub preset: Option<String>,
     pub steps: Option<usize>,
+    /// The runs' length as the spec gives it ("5 steps", "5 steps (epochs = 0.2 of …)"), for the text.
+    #[serde(skip)]
+    pub length: Option<String>,
     /// Why the spec could not be read, when it is there.
     pub spec_problem: Option<String>,
     pub runs: Vec<RunStatus>,
@@ -175,6 +178,7 @@ pub fn describe(dir: &Path) -> Result<ExperimentInfo, ExperimentError> {
         description: spec.as_ref().map(|s| s.description.clone()),
         preset: spec.as_ref().map(|s| s.preset.clone()),
         steps: spec.as_ref().map(|s| s.steps),
+        length: spec.as_ref().map(|s| s.length_words()),
         spec_problem,
         runs,
         variants,
@@ -195,7 +199,10 @@ impl ExperimentInfo {
             (Some(name), Some(steps), Some(preset)) => {
                 let title = if name.is_empty() { String::new() } else { format!(" \"{name}\"") };
                 out.push(format!(
-                    "{p}: the experiment{title}, preset {preset}, {steps} steps a run; {finished} of {} finished",
+                    "{p}: the experiment{title}, preset {preset}, {} a run{}; {finished} of {} finished",
+                    crate::plural(steps, "step"),
+                    // (How the spec gave them: "(tokens = 5M, …)", "(epochs = 1, …)".)
+                    self.length.as_deref().and_then(|l| l.find(" (").map(|i| &l[i..])).unwrap_or(""),
                     crate::plural(self.runs.iter().filter(|r| r.state != "not in the spec").count(), "run")
                 ));
                 if let Some(d) = self.description.as_ref().filter(|d| !d.trim().is_empty()) {
@@ -314,6 +321,7 @@ mod tests {
             description: None,
             preset: Some("tiny".into()),
             steps: Some(4),
+            length: None,
             spec_problem: None,
             runs: states
                 .iter()
