@@ -470,6 +470,34 @@ fn utf16_without_a_mark_or_through_a_pipe_is_said_to_be_utf16() {
     assert!(wrong.is_empty(), "{wrong:#?}");
 }
 
+/// A text cached by `eval --text` is checked for UTF-16 each time it is evaluated, not only when
+/// it is tokenised: a file cached before that check existed (UTF-16 without a byte-order mark,
+/// valid UTF-8 to a reader that does not look) was evaluated from its cached tokens unchecked.
+/// Such a cache is made here by writing UTF-16 of the same size and modification time over a
+/// cached text (the cache's key is what `stat` tells), and the cached set is removed.
+#[test]
+fn a_text_cached_before_the_utf16_check_is_checked_when_read_from_the_cache() {
+    let dir = ddl::testing::scratch_dir("generate-utf16-cached");
+    let run = bpe_run(&dir);
+    let r = run.to_str().unwrap();
+    let corpus = std::fs::read_to_string(ddl::testing::small_corpus(&dir)).unwrap();
+    let file = dir.join("text.txt");
+    std::fs::write(&file, &corpus[..4000]).unwrap();
+    let f = file.to_str().unwrap();
+    ok(&dir, &["eval", "--checkpoint", r, "--text", f]);
+    let cached = |d: &Path| std::fs::read_dir(d.join("shards")).map(|e| e.count()).unwrap_or(0);
+    let cache = dir.join("cache");
+    let before = cached(&cache);
+    assert!(before > 0, "no set cached under {}", cache.display());
+    let when = std::fs::metadata(&file).unwrap().modified().unwrap();
+    let le: Vec<u8> = corpus[..2000].encode_utf16().flat_map(|u| u.to_le_bytes()).collect();
+    assert_eq!(le.len(), 4000);
+    std::fs::write(&file, &le).unwrap();
+    std::fs::File::options().write(true).open(&file).unwrap().set_modified(when).unwrap();
+    fails(&dir, &["eval", "--checkpoint", r, "--text", f], &["it is UTF-16 text", "iconv -f UTF-16LE -t UTF-8"]);
+    assert_eq!(cached(&cache), before - 1, "the set of the UTF-16 text is removed");
+}
+
 /// A BPE prompt with Windows line ends is said to hold them, the `\r` read as text (it was kept
 /// without a word; a char model refuses the `\r` with the same remedy); one without them is not.
 #[test]

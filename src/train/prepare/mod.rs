@@ -544,6 +544,26 @@ impl Corpus {
         })
     }
 
+    /// Refuses the first of its regular files whose first bytes are UTF-16
+    /// ([`super::data::utf16_encoding`]), as reading it to make a set does: checked again where a
+    /// cached set of it is found, so that a set cached before that check existed (a UTF-16 file
+    /// without a byte-order mark tokenised as it was, NULs and all) is not used unchecked.
+    pub fn refuse_utf16(&self) -> Result<(), DataError> {
+        for part in &self.parts {
+            let CorpusPart::File(f) = part else { continue };
+            // (A pipe can be read once only: its bytes are checked as it is read.)
+            if !std::fs::metadata(f).is_ok_and(|m| m.is_file()) {
+                continue;
+            }
+            let mut head = Vec::with_capacity(4096);
+            std::fs::File::open(f).and_then(|r| r.take(4096).read_to_end(&mut head)).map_err(io(f))?;
+            if let Some(enc) = super::data::utf16_encoding(&head) {
+                return Err(DataError::Utf16 { path: f.clone(), enc });
+            }
+        }
+        Ok(())
+    }
+
     /// The bytes of its text (the parts' sizes and the newlines that join them).
     pub fn bytes(&self) -> u64 {
         let sizes = self.parts.iter().map(|p| match p {
