@@ -441,6 +441,7 @@ pub(crate) fn chat(
     // (Stderr not locked for the whole chat: the Ctrl-C handler's thread writes there, and waited
     // on the lock, so that neither a reply's Ctrl-C note nor a Ctrl-C at the prompt got through.)
     let (mut input, mut log) = (stdin.lock(), stderr);
+    let piped = edited.is_none();
     let mut plain;
     let lines: &mut dyn ddl::chat::Lines = match edited.as_mut() {
         Some(e) => e,
@@ -454,11 +455,21 @@ pub(crate) fn chat(
     if let Err(e) = &ran
         && !matches!(e, ddl::chat::ChatError::Interrupted(_))
     {
-        return ran.map_err(Into::into);
+        return ran.map(|_| ()).map_err(Into::into);
     }
     if let Some(p) = trace {
         eprintln!("trace written to {} (+ .json summary)", p.display());
     }
     // (SIGTERM during a reply: said, the trace written; 143 as for a process it ended.)
-    ran.map_err(|_| Interrupted.into())
+    let refused = ran.map_err(|_| Interrupted)?;
+    // Lines a pipe gave that never reached the model end the chat with status 1: a script that
+    // pipes a conversation in saw only its replies and status 0, as if every line had been said.
+    if piped && refused > 0 {
+        anyhow::bail!(
+            "{} of standard input could not be sent to the model (each said above, `error:`): the chat went on \
+             without them; correct them in the input",
+            ddl::plural(refused, "line")
+        );
+    }
+    Ok(())
 }

@@ -61,8 +61,16 @@ fn char_run(dir: &Path) -> PathBuf {
     out
 }
 
-/// Chat's lines `input` through `ddl chat --checkpoint run args`; returns stdout and stderr.
+/// Chat's lines `input` through `ddl chat --checkpoint run args`, which must succeed; returns
+/// stdout and stderr.
 fn chat(dir: &Path, run: &Path, args: &[&str], input: &str) -> (String, String) {
+    let (code, out, err) = chat_ending(dir, run, args, input);
+    assert!(code == Some(0), "{out}{err}");
+    (out, err)
+}
+
+/// [`chat`] with its exit status, never a panic.
+fn chat_ending(dir: &Path, run: &Path, args: &[&str], input: &str) -> (Option<i32>, String, String) {
     let mut child = ddl(dir)
         .args(["chat", "--checkpoint", run.to_str().unwrap()])
         .args(args)
@@ -77,8 +85,8 @@ fn chat(dir: &Path, run: &Path, args: &[&str], input: &str) -> (String, String) 
     }
     let o = child.wait_with_output().unwrap();
     let (out, err) = (String::from_utf8_lossy(&o.stdout).into_owned(), String::from_utf8_lossy(&o.stderr).into_owned());
-    assert!(o.status.success() && !err.contains("panicked"), "{out}{err}");
-    (out, err)
+    assert!(!err.contains("panicked"), "{out}{err}");
+    (o.status.code(), out, err)
 }
 
 /// The seed of each turn a chat trace records.
@@ -186,8 +194,12 @@ fn a_chat_seed_set_is_the_next_replys_and_a_seed_past_u64_is_refused_at_its_turn
     // The largest seed: its turn, then the next one's would pass 2^64 − 1: refused, said with the
     // remedy, the conversation as it was; `/set seed` goes on.
     let max = u64::MAX.to_string();
-    let (out, err) = chat(&dir, &run, &["--max-tokens", "3", "--trace", tr, "--seed", &max], "A\nB\n/set seed 9\nB\n");
+    // (The refused line ends the piped chat with status 1, after the rest: see
+    // a_piped_chat_with_lines_it_could_not_send_ends_with_an_error.)
+    let (code, out, err) =
+        chat_ending(&dir, &run, &["--max-tokens", "3", "--trace", tr, "--seed", &max], "A\nB\n/set seed 9\nB\n");
     assert!(err.contains("past 2^64 − 1") && err.contains("/set seed N") && err.contains("as it was"), "{err}");
+    assert!(code == Some(1) && err.contains("1 line of standard input could not be sent"), "{err}");
     assert_eq!(turn_seeds(&trace), [u64::MAX, 9], "{out}{err}");
     // A stop text's unknown escape is refused, naming the escapes there are.
     let (_, err) = chat(&dir, &run, &["--max-tokens", "3"], "/set stop \\q\n/set stop a\\\n/settings\n");
@@ -468,6 +480,27 @@ fn utf16_without_a_mark_or_through_a_pipe_is_said_to_be_utf16() {
         }
     }
     assert!(wrong.is_empty(), "{wrong:#?}");
+}
+
+/// A chat read from a pipe whose lines the model could not be given (characters a char model
+/// lacks: an emoji, an accent, a control character, a NUL) goes on with the others and then ends
+/// with status 1, saying how many (it ended with 0: a script saw only the replies); one whose
+/// lines all reached the model ends with 0.
+#[test]
+fn a_piped_chat_with_lines_it_could_not_send_ends_with_an_error() {
+    let dir = ddl::testing::scratch_dir("generate-chat-refused");
+    let run = char_run(&dir);
+    let trace = dir.join("chat.safetensors");
+    let tr = trace.to_str().unwrap();
+    let (code, out, err) =
+        chat_ending(&dir, &run, &["--max-tokens", "2", "--trace", tr], "A\nB \u{1f389}\ncaf\u{e9}\nC\u{1}\0D\nE\n");
+    assert_eq!(code, Some(1), "{out}{err}");
+    assert!(err.contains("error: character '🎉'") && err.contains("error: character 'é'"), "{err}");
+    assert!(err.contains("3 lines of standard input could not be sent to the model"), "{err}");
+    // The lines around them were replied to, a turn each, and the trace written.
+    assert_eq!(turn_seeds(&trace).len(), 2, "{err}");
+    let (code, _, err) = chat_ending(&dir, &run, &["--max-tokens", "2"], "A\nE\n");
+    assert_eq!(code, Some(0), "{err}");
 }
 
 /// A text cached by `eval --text` is checked for UTF-16 each time it is evaluated, not only when
