@@ -88,6 +88,9 @@ pub(crate) fn generate_cmd(
     let too_long = "generation reads only the prompt's last max_seq_len tokens (the model's context; `ddl info \
                     --checkpoint DIR` gives it): pipe in its end, e.g. `tail -n 1000 FILE | ddl generate … --prompt -`; \
                     to score a long text, `ddl eval --checkpoint DIR --text FILE --per-token OUT.tsv`";
+    if !from_stdin {
+        crate::note_a_file_name("--prompt", prompt);
+    }
     let prompt = if from_stdin { read_stdin_capped("--prompt -", 256 << 20, too_long)? } else { prompt.to_string() };
     if prompt.is_empty() {
         if from_stdin {

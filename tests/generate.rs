@@ -503,6 +503,28 @@ fn a_piped_chat_with_lines_it_could_not_send_ends_with_an_error() {
     assert_eq!(code, Some(0), "{err}");
 }
 
+/// A `--prompt` or `tokenizer encode --text` that is the name of a file here is said to be read as
+/// its name, with `- < FILE` for the file's text (the name was tokenised without a word: `--prompt
+/// corpus.txt` generated after its 10 characters); a prompt that names no file is not.
+#[test]
+fn a_prompt_that_names_a_file_is_said_to_be_read_as_its_name() {
+    let dir = ddl::testing::scratch_dir("generate-prompt-file-name");
+    let run = char_run(&dir);
+    let r = run.to_str().unwrap();
+    let said = "is the text itself, not a file's name: 'corpus.txt' (a file here) is read as 10 characters";
+    for (args, flag) in [
+        (vec!["generate", "--checkpoint", r, "--prompt", "corpus.txt", "--max-tokens", "2"], "--prompt"),
+        (vec!["tokenizer", "encode", "--tokenizer", r, "--text", "corpus.txt"], "--text"),
+    ] {
+        let o = ddl(&dir).args(&args).current_dir(&dir).output().unwrap();
+        let t = text(&o);
+        assert!(o.status.success(), "{t}");
+        assert!(t.contains(&format!("note: {flag} {said}")) && t.contains(&format!("{flag} - < corpus.txt")), "{t}");
+    }
+    let o = ok(&dir, &["generate", "--checkpoint", r, "--prompt", "ROMEO.txt", "--max-tokens", "2"]);
+    assert!(!text(&o).contains("not a file's name"), "{}", text(&o));
+}
+
 /// A text cached by `eval --text` is checked for UTF-16 each time it is evaluated, not only when
 /// it is tokenised: a file cached before that check existed (UTF-16 without a byte-order mark,
 /// valid UTF-8 to a reader that does not look) was evaluated from its cached tokens unchecked.
