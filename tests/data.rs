@@ -804,6 +804,16 @@ fn a_missing_input_named_as_the_built_in_corpus_says_where_that_name_is_read() {
     );
     let e = prepare("nothing.txt");
     assert!(e.contains("check the path, relative to the current folder") && !e.contains("built-in"), "{e}");
+    // A link to nothing is said as one (it was "does not exist", while `ls` lists it).
+    #[cfg(unix)]
+    {
+        std::os::unix::fs::symlink("gone.txt", dir.join("link.txt")).unwrap();
+        let e = prepare("link.txt");
+        assert!(
+            e.contains("input 'link.txt' is a symbolic link that leads nowhere") && !e.contains("not exist"),
+            "{e}"
+        );
+    }
     assert!(!dir.join("d").exists(), "nothing made");
 }
 

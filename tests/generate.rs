@@ -618,7 +618,8 @@ fn standard_input_that_is_a_folder_or_a_terminal_is_said() {
 
 /// `ddl eval --text` of a text whose characters a char model lacks names Windows line ends and
 /// a byte-order mark, which no one sees in the text, with a command that removes them, and
-/// `--text -` points to `/dev/stdin` (it said "'-' does not exist").
+/// `--text -` points to `/dev/stdin` (it said "'-' does not exist"), and a link to nothing is
+/// said to be one as `--text`'s (it said "corpus").
 #[test]
 fn eval_text_names_characters_no_one_sees_and_standard_input() {
     let dir = ddl::testing::scratch_dir("generate-eval-unseen");
@@ -640,6 +641,20 @@ fn eval_text_names_characters_no_one_sees_and_standard_input() {
         let o = ddl(&dir).args(["eval", "--checkpoint", run.to_str().unwrap(), "--text", text_path]).output().unwrap();
         let t = text(&o);
         if o.status.code() != Some(1) || t.contains("panicked") || !needles.iter().all(|n| t.contains(n)) {
+            wrong.push(t);
+        }
+    }
+    // A link to nothing is said as `--text`'s (it was "corpus '…' is a symbolic link …").
+    #[cfg(unix)]
+    {
+        let link = dir.join("link.txt");
+        std::os::unix::fs::symlink("gone.txt", &link).unwrap();
+        let o =
+            ddl(&dir).args(["eval", "--checkpoint", run.to_str().unwrap(), "--text", link.to_str().unwrap()]).output();
+        let t = text(&o.unwrap());
+        if !t.contains(&format!("--text '{}' is a symbolic link that leads nowhere", link.display()))
+            || t.contains("corpus")
+        {
             wrong.push(t);
         }
     }
