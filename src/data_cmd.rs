@@ -51,6 +51,7 @@ pub(super) fn tokenizer(cmd: TokenizerCmd) -> Result<()> {
                     "encode it in pieces, or tokenize a corpus with `ddl data prepare`, which streams files of any size",
                 )?
             } else {
+                crate::note_a_file_name("--text", &text);
                 text
             };
             let ids = tok.encode(&text).map_err(|e| match e {

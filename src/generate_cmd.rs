@@ -88,6 +88,9 @@ pub(crate) fn generate_cmd(
     let too_long = "generation reads only the prompt's last max_seq_len tokens (the model's context; `ddl info \
                     --checkpoint DIR` gives it): pipe in its end, e.g. `tail -n 1000 FILE | ddl generate … --prompt -`; \
                     to score a long text, `ddl eval --checkpoint DIR --text FILE --per-token OUT.tsv`";
+    if !from_stdin {
+        crate::note_a_file_name("--prompt", prompt);
+    }
     let prompt = if from_stdin { read_stdin_capped("--prompt -", 256 << 20, too_long)? } else { prompt.to_string() };
     if prompt.is_empty() {
         if from_stdin {
@@ -441,6 +444,7 @@ pub(crate) fn chat(
     // (Stderr not locked for the whole chat: the Ctrl-C handler's thread writes there, and waited
     // on the lock, so that neither a reply's Ctrl-C note nor a Ctrl-C at the prompt got through.)
     let (mut input, mut log) = (stdin.lock(), stderr);
+    let piped = edited.is_none();
     let mut plain;
     let lines: &mut dyn ddl::chat::Lines = match edited.as_mut() {
         Some(e) => e,
@@ -454,11 +458,21 @@ pub(crate) fn chat(
     if let Err(e) = &ran
         && !matches!(e, ddl::chat::ChatError::Interrupted(_))
     {
-        return ran.map_err(Into::into);
+        return ran.map(|_| ()).map_err(Into::into);
     }
     if let Some(p) = trace {
         eprintln!("trace written to {} (+ .json summary)", p.display());
     }
     // (SIGTERM during a reply: said, the trace written; 143 as for a process it ended.)
-    ran.map_err(|_| Interrupted.into())
+    let refused = ran.map_err(|_| Interrupted)?;
+    // Lines a pipe gave that never reached the model end the chat with status 1: a script that
+    // pipes a conversation in saw only its replies and status 0, as if every line had been said.
+    if piped && refused > 0 {
+        anyhow::bail!(
+            "{} of standard input could not be sent to the model (each said above, `error:`): the chat went on \
+             without them; correct them in the input",
+            ddl::plural(refused, "line")
+        );
+    }
+    Ok(())
 }

@@ -131,6 +131,20 @@ fn read_stdin_capped(what: &str, cap: u64, remedy: &str) -> Result<String> {
     Ok(text.strip_prefix('\u{feff}').map(str::to_string).unwrap_or(text))
 }
 
+/// Says when a text given on the command line (`flag`, e.g. `--prompt`) is the name of a file
+/// here: it is taken as the text itself, its name tokenised without a word (`--prompt story.txt`
+/// generated after the 9 characters of the name), where `--flag - < FILE` gives the file's text.
+fn note_a_file_name(flag: &str, text: &str) {
+    if !text.contains('\n') && !text.trim().is_empty() && std::path::Path::new(text).is_file() {
+        eprintln!(
+            "note: {flag} is the text itself, not a file's name: '{text}' (a file here) is read as {} characters; to \
+             give the file's text, use {flag} - < {}",
+            text.chars().count(),
+            ddl::shell_word(std::path::Path::new(text))
+        );
+    }
+}
+
 /// A command that Ctrl-C stopped after saving its work (exit status 130).
 #[derive(Debug)]
 pub(crate) struct Interrupted;

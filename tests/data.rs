@@ -804,5 +804,48 @@ fn a_missing_input_named_as_the_built_in_corpus_says_where_that_name_is_read() {
     );
     let e = prepare("nothing.txt");
     assert!(e.contains("check the path, relative to the current folder") && !e.contains("built-in"), "{e}");
+    // A link to nothing is said as one (it was "does not exist", while `ls` lists it).
+    #[cfg(unix)]
+    {
+        std::os::unix::fs::symlink("gone.txt", dir.join("link.txt")).unwrap();
+        let e = prepare("link.txt");
+        assert!(
+            e.contains("input 'link.txt' is a symbolic link that leads nowhere") && !e.contains("not exist"),
+            "{e}"
+        );
+    }
     assert!(!dir.join("d").exists(), "nothing made");
+}
+
+/// Text with NUL bytes (a binary file named .txt, a log a crash left zeros in) is said, naming
+/// the file, by `data prepare` (char or byte-level: it was tokenised without a word, a char
+/// vocabulary gaining '\0') and by `train --corpus` as it tokenises the corpus; clean text is not.
+#[test]
+fn text_with_nul_bytes_is_said_when_it_is_tokenised() {
+    let dir = tmpdir("nul-bytes");
+    let corpus = std::fs::read_to_string(ddl::testing::small_corpus(&dir)).unwrap();
+    let zeros = dir.join("crashed.txt");
+    std::fs::write(&zeros, format!("{}{}", &corpus[..3000], "\0".repeat(4096))).unwrap();
+    let clean = dir.join("clean.txt");
+    std::fs::write(&clean, &corpus[..3000]).unwrap();
+    let said = "holds NUL bytes, which text does not";
+    let prepare = |input: &Path, out: &str| {
+        let o = ddl(&dir)
+            .args(["data", "prepare", "--tokenizer", "char", "--out", dir.join(out).to_str().unwrap()])
+            .arg(input)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", text(&o));
+        text(&o)
+    };
+    let t = prepare(&zeros, "z");
+    assert!(t.contains(&format!("note: '{}' {said}", zeros.display())) && t.contains("tr -d '\\000'"), "{t}");
+    assert!(!prepare(&clean, "c").contains(said));
+    let mut a = vec!["train", "--variant", "ddl", "--corpus", zeros.to_str().unwrap(), "--steps", "1"];
+    a.extend_from_slice(ddl::testing::SMALL_MODEL_FLAGS);
+    let out = dir.join("run");
+    a.extend(["--out", out.to_str().unwrap()]);
+    let o = ddl(&dir).args(&a).output().unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains(&format!("note: --corpus {} {said}", zeros.display())), "{}", text(&o));
 }

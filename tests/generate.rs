@@ -61,8 +61,16 @@ fn char_run(dir: &Path) -> PathBuf {
     out
 }
 
-/// Chat's lines `input` through `ddl chat --checkpoint run args`; returns stdout and stderr.
+/// Chat's lines `input` through `ddl chat --checkpoint run args`, which must succeed; returns
+/// stdout and stderr.
 fn chat(dir: &Path, run: &Path, args: &[&str], input: &str) -> (String, String) {
+    let (code, out, err) = chat_ending(dir, run, args, input);
+    assert!(code == Some(0), "{out}{err}");
+    (out, err)
+}
+
+/// [`chat`] with its exit status, never a panic.
+fn chat_ending(dir: &Path, run: &Path, args: &[&str], input: &str) -> (Option<i32>, String, String) {
     let mut child = ddl(dir)
         .args(["chat", "--checkpoint", run.to_str().unwrap()])
         .args(args)
@@ -77,8 +85,8 @@ fn chat(dir: &Path, run: &Path, args: &[&str], input: &str) -> (String, String) 
     }
     let o = child.wait_with_output().unwrap();
     let (out, err) = (String::from_utf8_lossy(&o.stdout).into_owned(), String::from_utf8_lossy(&o.stderr).into_owned());
-    assert!(o.status.success() && !err.contains("panicked"), "{out}{err}");
-    (out, err)
+    assert!(!err.contains("panicked"), "{out}{err}");
+    (o.status.code(), out, err)
 }
 
 /// The seed of each turn a chat trace records.
@@ -186,8 +194,12 @@ fn a_chat_seed_set_is_the_next_replys_and_a_seed_past_u64_is_refused_at_its_turn
     // The largest seed: its turn, then the next one's would pass 2^64 − 1: refused, said with the
     // remedy, the conversation as it was; `/set seed` goes on.
     let max = u64::MAX.to_string();
-    let (out, err) = chat(&dir, &run, &["--max-tokens", "3", "--trace", tr, "--seed", &max], "A\nB\n/set seed 9\nB\n");
+    // (The refused line ends the piped chat with status 1, after the rest: see
+    // a_piped_chat_with_lines_it_could_not_send_ends_with_an_error.)
+    let (code, out, err) =
+        chat_ending(&dir, &run, &["--max-tokens", "3", "--trace", tr, "--seed", &max], "A\nB\n/set seed 9\nB\n");
     assert!(err.contains("past 2^64 − 1") && err.contains("/set seed N") && err.contains("as it was"), "{err}");
+    assert!(code == Some(1) && err.contains("1 line of standard input could not be sent"), "{err}");
     assert_eq!(turn_seeds(&trace), [u64::MAX, 9], "{out}{err}");
     // A stop text's unknown escape is refused, naming the escapes there are.
     let (_, err) = chat(&dir, &run, &["--max-tokens", "3"], "/set stop \\q\n/set stop a\\\n/settings\n");
@@ -470,6 +482,77 @@ fn utf16_without_a_mark_or_through_a_pipe_is_said_to_be_utf16() {
     assert!(wrong.is_empty(), "{wrong:#?}");
 }
 
+/// A chat read from a pipe whose lines the model could not be given (characters a char model
+/// lacks: an emoji, an accent, a control character, a NUL) goes on with the others and then ends
+/// with status 1, saying how many (it ended with 0: a script saw only the replies); one whose
+/// lines all reached the model ends with 0.
+#[test]
+fn a_piped_chat_with_lines_it_could_not_send_ends_with_an_error() {
+    let dir = ddl::testing::scratch_dir("generate-chat-refused");
+    let run = char_run(&dir);
+    let trace = dir.join("chat.safetensors");
+    let tr = trace.to_str().unwrap();
+    let (code, out, err) =
+        chat_ending(&dir, &run, &["--max-tokens", "2", "--trace", tr], "A\nB \u{1f389}\ncaf\u{e9}\nC\u{1}\0D\nE\n");
+    assert_eq!(code, Some(1), "{out}{err}");
+    assert!(err.contains("error: character '🎉'") && err.contains("error: character 'é'"), "{err}");
+    assert!(err.contains("3 lines of standard input could not be sent to the model"), "{err}");
+    // The lines around them were replied to, a turn each, and the trace written.
+    assert_eq!(turn_seeds(&trace).len(), 2, "{err}");
+    let (code, _, err) = chat_ending(&dir, &run, &["--max-tokens", "2"], "A\nE\n");
+    assert_eq!(code, Some(0), "{err}");
+}
+
+/// A `--prompt` or `tokenizer encode --text` that is the name of a file here is said to be read as
+/// its name, with `- < FILE` for the file's text (the name was tokenised without a word: `--prompt
+/// corpus.txt` generated after its 10 characters); a prompt that names no file is not.
+#[test]
+fn a_prompt_that_names_a_file_is_said_to_be_read_as_its_name() {
+    let dir = ddl::testing::scratch_dir("generate-prompt-file-name");
+    let run = char_run(&dir);
+    let r = run.to_str().unwrap();
+    let said = "is the text itself, not a file's name: 'corpus.txt' (a file here) is read as 10 characters";
+    for (args, flag) in [
+        (vec!["generate", "--checkpoint", r, "--prompt", "corpus.txt", "--max-tokens", "2"], "--prompt"),
+        (vec!["tokenizer", "encode", "--tokenizer", r, "--text", "corpus.txt"], "--text"),
+    ] {
+        let o = ddl(&dir).args(&args).current_dir(&dir).output().unwrap();
+        let t = text(&o);
+        assert!(o.status.success(), "{t}");
+        assert!(t.contains(&format!("note: {flag} {said}")) && t.contains(&format!("{flag} - < corpus.txt")), "{t}");
+    }
+    let o = ok(&dir, &["generate", "--checkpoint", r, "--prompt", "ROMEO.txt", "--max-tokens", "2"]);
+    assert!(!text(&o).contains("not a file's name"), "{}", text(&o));
+}
+
+/// A text cached by `eval --text` is checked for UTF-16 each time it is evaluated, not only when
+/// it is tokenised: a file cached before that check existed (UTF-16 without a byte-order mark,
+/// valid UTF-8 to a reader that does not look) was evaluated from its cached tokens unchecked.
+/// Such a cache is made here by writing UTF-16 of the same size and modification time over a
+/// cached text (the cache's key is what `stat` tells), and the cached set is removed.
+#[test]
+fn a_text_cached_before_the_utf16_check_is_checked_when_read_from_the_cache() {
+    let dir = ddl::testing::scratch_dir("generate-utf16-cached");
+    let run = bpe_run(&dir);
+    let r = run.to_str().unwrap();
+    let corpus = std::fs::read_to_string(ddl::testing::small_corpus(&dir)).unwrap();
+    let file = dir.join("text.txt");
+    std::fs::write(&file, &corpus[..4000]).unwrap();
+    let f = file.to_str().unwrap();
+    ok(&dir, &["eval", "--checkpoint", r, "--text", f]);
+    let cached = |d: &Path| std::fs::read_dir(d.join("shards")).map(|e| e.count()).unwrap_or(0);
+    let cache = dir.join("cache");
+    let before = cached(&cache);
+    assert!(before > 0, "no set cached under {}", cache.display());
+    let when = std::fs::metadata(&file).unwrap().modified().unwrap();
+    let le: Vec<u8> = corpus[..2000].encode_utf16().flat_map(|u| u.to_le_bytes()).collect();
+    assert_eq!(le.len(), 4000);
+    std::fs::write(&file, &le).unwrap();
+    std::fs::File::options().write(true).open(&file).unwrap().set_modified(when).unwrap();
+    fails(&dir, &["eval", "--checkpoint", r, "--text", f], &["it is UTF-16 text", "iconv -f UTF-16LE -t UTF-8"]);
+    assert_eq!(cached(&cache), before - 1, "the set of the UTF-16 text is removed");
+}
+
 /// A BPE prompt with Windows line ends is said to hold them, the `\r` read as text (it was kept
 /// without a word; a char model refuses the `\r` with the same remedy); one without them is not.
 #[test]
@@ -535,7 +618,8 @@ fn standard_input_that_is_a_folder_or_a_terminal_is_said() {
 
 /// `ddl eval --text` of a text whose characters a char model lacks names Windows line ends and
 /// a byte-order mark, which no one sees in the text, with a command that removes them, and
-/// `--text -` points to `/dev/stdin` (it said "'-' does not exist").
+/// `--text -` points to `/dev/stdin` (it said "'-' does not exist"), and a link to nothing is
+/// said to be one as `--text`'s (it said "corpus").
 #[test]
 fn eval_text_names_characters_no_one_sees_and_standard_input() {
     let dir = ddl::testing::scratch_dir("generate-eval-unseen");
@@ -557,6 +641,20 @@ fn eval_text_names_characters_no_one_sees_and_standard_input() {
         let o = ddl(&dir).args(["eval", "--checkpoint", run.to_str().unwrap(), "--text", text_path]).output().unwrap();
         let t = text(&o);
         if o.status.code() != Some(1) || t.contains("panicked") || !needles.iter().all(|n| t.contains(n)) {
+            wrong.push(t);
+        }
+    }
+    // A link to nothing is said as `--text`'s (it was "corpus '…' is a symbolic link …").
+    #[cfg(unix)]
+    {
+        let link = dir.join("link.txt");
+        std::os::unix::fs::symlink("gone.txt", &link).unwrap();
+        let o =
+            ddl(&dir).args(["eval", "--checkpoint", run.to_str().unwrap(), "--text", link.to_str().unwrap()]).output();
+        let t = text(&o.unwrap());
+        if !t.contains(&format!("--text '{}' is a symbolic link that leads nowhere", link.display()))
+            || t.contains("corpus")
+        {
             wrong.push(t);
         }
     }

@@ -587,7 +587,9 @@ fn in_chat(e: &ChatTurnError) -> String {
 /// Runs a chat until `/quit` or the end of the input: replies stream to `out` token by token,
 /// notes and errors about a line (a bad command, text the tokenizer cannot encode) go to `log`.
 /// With `opts.trace`, the traces of the whole conversation are written there after every turn
-/// (and after `/undo`).
+/// (and after `/undo`). Returns how many lines it could not send to the model (text the
+/// tokenizer cannot encode, a turn refused), each said as it came: a chat read from a pipe ends
+/// with an error for them, where a script would not see them.
 pub fn run(
     model: &Model,
     tok: &Tokenizer,
@@ -596,7 +598,7 @@ pub fn run(
     out: &mut dyn Write,
     log: &mut dyn Write,
     opts: &ChatOptions,
-) -> Result<(), ChatError> {
+) -> Result<usize, ChatError> {
     let trace = opts.trace;
     let mut session = Session::new(model, tok, settings, trace.is_some());
     if !opts.interventions.is_empty() {
@@ -627,6 +629,7 @@ pub fn run(
     };
     // The files `/save` wrote: saved again without a question (others are not replaced).
     let mut saved: Vec<std::path::PathBuf> = Vec::new();
+    let mut refused = 0;
     while let Some(line) = lines.next_line("> ")? {
         // An empty line (or only spaces) sends nothing: the prompt again, as a shell does. (It
         // was a turn of one newline, which a stray Enter sent; a reply ends at a blank line.)
@@ -846,6 +849,7 @@ pub fn run(
                 true
             }
             Err(ChatTurnError::Encode(e)) => {
+                refused += 1;
                 writeln!(
                     log,
                     "error: {e}; the checkpoint's {} tokenizer cannot encode this line: type it again without that \
@@ -855,6 +859,7 @@ pub fn run(
                 false
             }
             Err(e @ (ChatTurnError::Refused(_) | ChatTurnError::Intervention(_))) => {
+                refused += 1;
                 writeln!(log, "error: {} (the conversation is as it was)", in_chat(&e))?;
                 false
             }
@@ -867,7 +872,7 @@ pub fn run(
             return Err(ChatError::Interrupted(by));
         }
     }
-    Ok(())
+    Ok(refused)
 }
 
 #[cfg(test)]

@@ -41,6 +41,13 @@ pub enum DataError {
         hint = built_in_elsewhere(.0)
     )]
     MissingInput(PathBuf),
+    /// A `ddl data prepare` input that is a symbolic link to nothing (it was "does not exist",
+    /// while `ls` lists it).
+    #[error(
+        "input '{0}' is a symbolic link that leads nowhere (its target is missing, or the links loop): give the \
+         file it should lead to, or make the link again"
+    )]
+    BrokenLinkInput(PathBuf),
     #[error("input folder '{0}' holds no .txt or .jsonl files")]
     NoInputFiles(PathBuf),
     #[error(

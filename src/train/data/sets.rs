@@ -123,6 +123,9 @@ pub(super) fn find_or_make_set(
     // (Before any read, so that a change during the tokenizer's read is caught as well.)
     let before = corpus_stamp(Path::new(corpus));
     let source = crate::train::prepare::Corpus::open(Path::new(corpus))?;
+    // (Checked on every use, not only as a set is made: one cached before that check existed
+    // would be trained on unchecked.)
+    source.refuse_utf16()?;
     // A corpus that is not all regular files (a pipe, `<(…)`) can be read once only: held whole.
     let held = if source.regular() { None } else { Some(read_piped(Path::new(corpus), "--corpus")?) };
     // A set made with the tokenizer the settings name is `base`; one made with another
@@ -210,6 +213,14 @@ pub(super) fn text_shards_in(
     let setting = format!("{EVAL_TOKENIZER}{}", tok.fingerprint());
     let key = corpus_key(&text, &setting, 0.0)?;
     let dir = root.join(&key);
+    // (Checked on every use, not only as the set is made: a UTF-16 text cached before that check
+    // existed was evaluated from its tokens unchecked. Such a set is removed.)
+    if let Err(e) = crate::train::prepare::Corpus::open(path)?.refuse_utf16() {
+        if dir.is_dir() {
+            let _ = crate::train::cache::remove_set(&dir);
+        }
+        return Err(e.into());
+    }
     let mut made = false;
     let meta = match cached_set(&dir)? {
         Some(m) if m.tokenizer == tok.to_json() => m,

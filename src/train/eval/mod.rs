@@ -350,6 +350,12 @@ pub fn evaluate_checkpoint(gpu: &Arc<Gpu>, dir: &Path, req: &EvalRequest) -> Res
                 TrainError::Data(data::DataError::Empty(p)) => {
                     TrainError::Settings(format!("--text '{}' is empty: give a text to evaluate", p.display()))
                 }
+                // (It was "corpus '…' is a symbolic link …": --text names no corpus.)
+                TrainError::Data(data::DataError::BrokenLink(p)) => TrainError::Settings(format!(
+                    "--text '{}' is a symbolic link that leads nowhere (its target is missing, or the links loop): \
+                     give the file it should lead to, or make the link again",
+                    p.display()
+                )),
                 TrainError::Data(data::DataError::NoTxt(p)) => {
                     // (Its own .txt files only: a folder whose texts are in subfolders is said so.)
                     let subs =

@@ -36,7 +36,10 @@ pub(super) fn input_files(inputs: &[PathBuf]) -> Result<(Vec<PathBuf>, Vec<PathB
     let mut files = Vec::new();
     for i in inputs {
         if !i.exists() {
-            return Err(DataError::MissingInput(i.clone()));
+            return Err(match crate::train::data::path_problem(i) {
+                Some(crate::train::data::PathProblem::BrokenLink) => DataError::BrokenLinkInput(i.clone()),
+                _ => DataError::MissingInput(i.clone()),
+            });
         }
         if i.is_dir() {
             let before = files.len();

@@ -441,9 +441,22 @@ fn write_all(
     let mut enc = Encoder::new(tok, sep, Some(writer), bytes, !opts.quiet);
     // Where each file's text starts in the text pushed: a batch holds pieces of several files.
     let mut starts: Vec<(usize, PathBuf)> = Vec::new();
+    let mut with_nul = Vec::new();
     for f in files {
         starts.push((enc.read as usize, f.clone()));
-        pieces(f, |text, starts_doc| enc.push(text, starts_doc)).map_err(|e| placed_input(e, &starts))?;
+        let mut nul = false;
+        pieces(f, |text, starts_doc| {
+            nul |= text.contains('\0');
+            enc.push(text, starts_doc)
+        })
+        .map_err(|e| placed_input(e, &starts))?;
+        if nul {
+            with_nul.push(format!("'{}'", f.display()));
+        }
+    }
+    if !with_nul.is_empty() {
+        let more = if with_nul.len() > 3 { format!(" and {} more", with_nul.len() - 3) } else { String::new() };
+        note_nul_bytes(&format!("{}{more}", with_nul[..with_nul.len().min(3)].join(", ")), with_nul.len() > 1);
     }
     let Encoded { mut shards, tokens: total, documents, empty } = enc.finish().map_err(|e| placed_input(e, &starts))?;
     // The validation split: the end of the stream.
@@ -496,6 +509,18 @@ fn write_all(
     Ok((split, val_n, documents, empty))
 }
 
+/// Says that `what` (files, or `--corpus PATH`; `several`: more than one) holds NUL bytes, which
+/// no text holds: a binary file, or one a crash left zeros in (blocks of NULs), was tokenised
+/// without a word, a char model's vocabulary gaining '\0'.
+fn note_nul_bytes(what: &str, several: bool) {
+    let (holds, they) = if several { ("hold", "files") } else { ("holds", "file") };
+    eprintln!(
+        "note: {what} {holds} NUL bytes, which text does not: a binary {they}, or one a crash left zeros in? They \
+         were tokenised as characters; `grep -c -aP '\\x00' FILE` counts the lines with them, `tr -d '\\000' < \
+         FILE > NEW` takes them out"
+    );
+}
+
 /// A `--corpus` read in pieces: its parts' text joined by newlines, one document — the text
 /// [`super::data::read_corpus`] reads whole.
 #[derive(Debug, Clone)]
@@ -542,6 +567,26 @@ impl Corpus {
             CorpusPart::File(f) => std::fs::metadata(f).is_ok_and(|m| m.is_file()),
             CorpusPart::Text(_) => true,
         })
+    }
+
+    /// Refuses the first of its regular files whose first bytes are UTF-16
+    /// ([`super::data::utf16_encoding`]), as reading it to make a set does: checked again where a
+    /// cached set of it is found, so that a set cached before that check existed (a UTF-16 file
+    /// without a byte-order mark tokenised as it was, NULs and all) is not used unchecked.
+    pub fn refuse_utf16(&self) -> Result<(), DataError> {
+        for part in &self.parts {
+            let CorpusPart::File(f) = part else { continue };
+            // (A pipe can be read once only: its bytes are checked as it is read.)
+            if !std::fs::metadata(f).is_ok_and(|m| m.is_file()) {
+                continue;
+            }
+            let mut head = Vec::with_capacity(4096);
+            std::fs::File::open(f).and_then(|r| r.take(4096).read_to_end(&mut head)).map_err(io(f))?;
+            if let Some(enc) = super::data::utf16_encoding(&head) {
+                return Err(DataError::Utf16 { path: f.clone(), enc });
+            }
+        }
+        Ok(())
     }
 
     /// The bytes of its text (the parts' sizes and the newlines that join them).
@@ -635,8 +680,15 @@ impl Corpus {
         let wide = tok.vocab_size() > u16::MAX as usize + 1;
         let writer = Writer::new(dir, "corpus", "train", shard_tokens, wide);
         let mut enc = Encoder::new(tok, &[], Some(writer), self.bytes(), bar);
-        text_pieces(&mut CorpusFeed::new(&self.parts), chunk, false, |t, starts| enc.push(t, starts))
-            .map_err(|e| self.locate(e))?;
+        let mut nul = false;
+        text_pieces(&mut CorpusFeed::new(&self.parts), chunk, false, |t, starts| {
+            nul |= t.contains('\0');
+            enc.push(t, starts)
+        })
+        .map_err(|e| self.locate(e))?;
+        if nul {
+            note_nul_bytes(source, false);
+        }
         if enc.read == 0 {
             return Err(DataError::Empty(self.path.clone()));
         }
