@@ -2896,6 +2896,41 @@ fn the_gpu_check_script_names_a_flag_without_its_value_and_runs_only_from_a_bund
     assert!(!out.join("o").exists(), "nothing is written before the refusal");
 }
 
+/// The calls docs/GPU.md's "Next run" prepares for the next session with a device name only
+/// commands and stages `run.sh` has (a command renamed or dropped since would cost a device
+/// call that runs the info stage alone): each call's `--stages` and `--only` pass the script's
+/// own check, which comes before it looks for the bundle.
+#[test]
+fn the_next_gpu_runs_calls_name_commands_the_check_has() {
+    let doc = std::fs::read_to_string(ddl::testing::data_path("docs/GPU.md")).unwrap();
+    let start = doc.find("### Next run").expect("docs/GPU.md has its \"Next run\"");
+    let section = &doc[start..];
+    let section = &section[..section[4..].find("\n##").map_or(section.len(), |i| i + 4)];
+    let script = ddl::testing::data_path("scripts/gpu-check/run.sh");
+    let out = tmpdir("gpu-next-run");
+    let mut calls = 0;
+    for line in section.lines().filter(|l| l.contains("gpu-bundle/run.sh")) {
+        let value = |flag: &str| -> Option<String> {
+            let rest = &line[line.find(&format!("{flag} "))? + flag.len() + 1..];
+            Some(match rest.strip_prefix('\'') {
+                Some(q) => q[..q.find('\'').unwrap()].to_string(),
+                None => rest.split_whitespace().next().unwrap().to_string(),
+            })
+        };
+        let mut args = vec!["--local".to_string(), "--out".into(), out.join("o").display().to_string()];
+        for flag in ["--stages", "--only"] {
+            if let Some(v) = value(flag) {
+                args.extend([flag.to_string(), v]);
+            }
+        }
+        let o = Command::new("bash").arg(&script).args(&args).output().unwrap();
+        let t = text(&o);
+        assert!(t.contains("no bin/ddl.xz beside this script"), "docs/GPU.md \"Next run\": {line}\n{t}");
+        calls += 1;
+    }
+    assert!(calls >= 2, "{calls} calls found in docs/GPU.md's \"Next run\"");
+}
+
 /// The scripts that read a GPU check's results (docs/GPU.md) answer a missing file or one that is
 /// no archive with its name and what they expect, in one line, never a traceback (roofline.py and
 /// step_budget.py raised FileNotFoundError; a README given for an archive got tarfile's line per
