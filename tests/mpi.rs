@@ -226,6 +226,21 @@ fn two_ranks_match_one_process_keep_identical_parameters_and_resume_exactly() {
     let o = ranks(6, &["--resume", "resumed"]);
     assert!(String::from_utf8_lossy(&o.stdout).contains("nothing to train"), "{}", show(&o));
     assert_eq!(report(), trained, "a resume that trained nothing rewrote distributed.json");
+    // Its metrics.jsonl cut in the final evaluation's row (a copy cut short): the ranks make it
+    // again together, nothing trained (it was "nothing to train", keeping the torn line).
+    let metrics = dir.join("resumed/metrics.jsonl");
+    let whole = std::fs::read_to_string(&metrics).unwrap();
+    let last = whole.trim_end().lines().last().unwrap();
+    assert!(last.contains("\"val_full\":true"), "{whole}");
+    std::fs::write(&metrics, &whole[..whole.len() - last.len() / 2 - 1]).unwrap();
+    let o = ranks(6, &["--resume", "resumed"]);
+    assert!(
+        show(&o).contains("lacks the final evaluation of step 6") && !show(&o).contains("nothing to train"),
+        "{}",
+        show(&o)
+    );
+    assert_eq!(std::fs::read_to_string(&metrics).unwrap(), whole, "the ranks' evaluation is not the row that was lost");
+    assert_eq!(report(), trained, "a resume that trained nothing rewrote distributed.json");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -637,29 +637,21 @@ pub(crate) fn train(dev: &DeviceArgs, a: TrainArgs) -> Result<()> {
         let mut done = ddl::train::finished_summary(src, at);
         // A finished run whose metrics.jsonl lost the final evaluation summary.json holds (a copy
         // cut short, a torn last line) is resumed to make it again (nothing trained), so that its
-        // curves have it: `ddl plot` sends such a run to `--resume`. Under MPI the ranks do not
-        // make one up: said, with the command that does.
+        // curves have it: `ddl plot` sends such a run to `--resume`. (Under MPI too: the ranks
+        // evaluate together.)
         if let Some((_, false)) = &done
             && at == steps
             && branch.is_none()
             && !ddl::train::final_evaluation_logged(src, at)
         {
-            let metrics = src.join("metrics.jsonl");
-            if a.distributed.is_none() {
+            if launched_rank() == 0 {
                 eprintln!(
                     "note: {} lacks the final evaluation of step {at} that summary.json holds (the file was cut short \
                      or replaced): it is made again, nothing is trained",
-                    metrics.display()
-                );
-                done = None;
-            } else if launched_rank() == 0 {
-                eprintln!(
-                    "note: {} lacks the final evaluation of step {at} that summary.json holds (the file was cut short \
-                     or replaced): `ddl train --resume {}` without --distributed makes it again for the curves",
-                    metrics.display(),
-                    ddl::shell_word(src)
+                    src.join("metrics.jsonl").display()
                 );
             }
+            done = None;
         }
         // (--tokens said as given, with the step it came to.)
         let given = match (a.tokens, a.epochs) {

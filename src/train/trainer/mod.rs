@@ -578,9 +578,13 @@ impl<'c> Trainer<'c> {
             super::interrupt_now();
         }
         // The final evaluation: after training, or of a run resumed at its last step whose final
-        // evaluation an interrupt stopped (nothing trained, but its result was never logged).
-        let evaluate =
-            step > self.start || (!self.distributed && super::final_evaluation_row(&self.out, step).is_none());
+        // evaluation an interrupt stopped, or whose metrics.jsonl lost it (nothing trained, but
+        // its result is not logged). Rank 0's file decides for every rank (they evaluate together).
+        let mut missing = vec![u8::from(step == self.start && super::final_evaluation_row(&self.out, step).is_none())];
+        if self.distributed && step == self.start {
+            self.comm.broadcast_bytes(&mut missing, "whether the final evaluation is logged");
+        }
+        let evaluate = step > self.start || missing.first() == Some(&1);
         if !self.interrupted && evaluate {
             match self.evaluate(super::EvalSpan::Full, !self.distributed)? {
                 Some(e) => {
