@@ -1,8 +1,8 @@
 //! `ddl generate` and `ddl chat` through the real CLI: what `--json` says matches what is printed,
 //! stop texts match only text the model wrote, a chat's seeds follow `/set seed`, and bad input
 //! (escapes, counts, a folder that is not a run's, too much standard input, a folder as standard
-//! input, characters no one sees) is a clear error, a chat command after spaces is a command, and
-//! Ctrl-C stops a chat's reply, not the chat.
+//! input, characters no one sees) is a clear error, a chat command after spaces is a command, `//x`
+//! sends the line `/x`, and Ctrl-C stops a chat's reply, not the chat.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -385,6 +385,31 @@ fn a_chat_command_after_spaces_or_a_tab_is_a_command() {
     let (_, err) = chat(&dir, &run, &["--max-tokens", "3", "--trace", tr], "A\n  /SETTINGS \n\t/quit\nB\n");
     assert_eq!(turn_seeds(&trace), [0], "{err}");
     assert!(err.contains("next reply's seed 1") && !err.contains("not in the tokenizer's vocabulary"), "{err}");
+}
+
+/// `//text` sends the line `/text` (as IRC clients do): a line starting with '/' was always a
+/// command, and an unknown one refused, so no such line could be sent. The refusal and `/help`
+/// say how.
+#[test]
+fn a_double_slash_sends_a_line_starting_with_a_slash() {
+    let dir = ddl::testing::scratch_dir("generate-chat-slash");
+    let run = bpe_run(&dir);
+    let saved = dir.join("chat.txt");
+    let input = format!("//etc/hosts is a file\n/etc/hosts\n/help\n/save {}\n", saved.display());
+    let (_, err) = chat(&dir, &run, &["--max-tokens", "3"], &input);
+    let text = std::fs::read_to_string(&saved).unwrap();
+    assert!(text.starts_with("/etc/hosts is a file\n"), "{text:?}\n{err}");
+    assert!(!text.contains("//") && !err.contains("unknown command '//"), "{text:?}\n{err}");
+    assert!(
+        err.contains("unknown command '/etc/hosts': to send a line starting with '/', write '//…' (//etc/hosts sends"),
+        "{err}"
+    );
+    let help = err
+        .lines()
+        .map(|l| l.trim_start_matches("> "))
+        .find(|l| l.starts_with("commands:"))
+        .unwrap_or_else(|| panic!("{err}"));
+    assert!(help.contains("to send a line starting with '/', write '//…'"), "{help}");
 }
 
 /// A setting named in capitals is that setting in everything it does: `/set SEED 5` made the next

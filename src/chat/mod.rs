@@ -12,7 +12,8 @@
 //! Commands: `/reset`, `/set NAME VALUE` for every sampling option ([`ChatSettings::NAMES`]),
 //! `/settings`, `/intervene SPEC` (the writes under `ddl generate --intervene`'s interventions,
 //! from then on; `/intervene none` ends them), `/undo` (forget the last turn), `/retry` (its line
-//! again, with the next turn's seed), `/save FILE` (the conversation as text), `/help`, `/quit`.
+//! again, with the next turn's seed), `/save FILE` (the conversation as text), `/help`, `/quit`;
+//! `//text` sends the line `/text` (a line starting with '/' is otherwise a command).
 //! Each reply's seed is the chat's seed plus the turns since it was given (`--seed`, or `/set seed
 //! N`, which is the next reply's own).
 //!
@@ -425,7 +426,7 @@ const HELP: &str = "commands: /reset (forget the conversation), /undo (forget th
                     model), /settings, \
                     /intervene SPEC (e.g. block1.mlp:beta=0; several separated by spaces or `;`; /intervene none \
                     ends them, /intervene alone lists them), /save FILE (the conversation as text), /help, /quit; an empty line sends \
-                    nothing";
+                    nothing; to send a line starting with '/', write '//…' (//x sends /x)";
 
 /// How a chat runs besides its sampling: the trace file, the interventions it starts under.
 #[derive(Debug, Clone, Default)]
@@ -524,7 +525,11 @@ pub fn run(
         let mut say = None;
         // (A command after spaces, a tab or a pasted indent is a command: `  /quit` was sent to the
         // model as a line, the chat going on.)
-        if let Some(cmd) = line.trim_start().strip_prefix('/') {
+        // (`//text` sends the line `/text`, as IRC clients do: a line starting with '/' was
+        // always a command, and an unknown one refused.)
+        if line.trim_start().starts_with("//") {
+            say = Some(line.replacen('/', "", 1));
+        } else if let Some(cmd) = line.trim_start().strip_prefix('/') {
             // (Extra spaces between the words are not part of them; a stop text keeps its own.)
             let cmd = cmd.trim_start();
             let (name, rest) = cmd.split_once(char::is_whitespace).unwrap_or((cmd, ""));
@@ -676,7 +681,11 @@ pub fn run(
                         Err(e) => writeln!(log, "error: {e}")?,
                     }
                 }
-                _ => writeln!(log, "unknown command '/{cmd}' ({HELP})")?,
+                _ => writeln!(
+                    log,
+                    "unknown command '/{cmd}': to send a line starting with '/', write '//…' (//{cmd} sends /{cmd}) \
+                     ({HELP})"
+                )?,
             }
             if say.is_none() {
                 continue;
