@@ -528,6 +528,25 @@ impl Tokenizer {
         }
     }
 
+    /// The bytes one token stands for, as the text it adds when decoded among others: a
+    /// byte-level BPE's token may be a lone byte of a character (its text alone is "�"); every
+    /// other token's bytes are its decoded text's UTF-8. (OpenAI's `logprobs` give these as
+    /// `bytes`.) Every id must be in the vocabulary.
+    pub fn token_raw_bytes(&self, id: u32) -> Result<Vec<u8>, TokenizerError> {
+        if let Tokenizer::Bpe(t) = self
+            && matches!(t.get_decoder(), Some(tokenizers::DecoderWrapper::ByteLevel(_)))
+            && let Some(piece) = t.id_to_token(id)
+        {
+            // As the byte-level decoder does: each character its byte, or if some character has
+            // none (an added token), the token's UTF-8 as it is.
+            let table = byte_level_bytes();
+            if let Some(b) = piece.chars().map(|c| table.get(&c).copied()).collect::<Option<Vec<u8>>>() {
+                return Ok(b);
+            }
+        }
+        Ok(self.decode(&[id])?.into_bytes())
+    }
+
     /// The bytes of text each token id stands for, indexed by id, where that is exact: a character
     /// tokenizer's characters in UTF-8; a byte-level BPE's bytes (every base token one byte, a
     /// merge the sum of its parts), its special tokens (such as [`EOT`]) none. `None` for other

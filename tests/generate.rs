@@ -1,8 +1,8 @@
 //! `ddl generate` and `ddl chat` through the real CLI: what `--json` says matches what is printed,
 //! stop texts match only text the model wrote, a chat's seeds follow `/set seed`, and bad input
 //! (escapes, counts, a folder that is not a run's, too much standard input, a folder as standard
-//! input, characters no one sees) is a clear error, a chat command after spaces is a command, and
-//! Ctrl-C stops a chat's reply, not the chat.
+//! input, characters no one sees) is a clear error, a chat command after spaces is a command, `//x`
+//! sends the line `/x`, and Ctrl-C stops a chat's reply, not the chat.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -397,6 +397,79 @@ fn a_chat_command_after_spaces_or_a_tab_is_a_command() {
     let (_, err) = chat(&dir, &run, &["--max-tokens", "3", "--trace", tr], "A\n  /SETTINGS \n\t/quit\nB\n");
     assert_eq!(turn_seeds(&trace), [0], "{err}");
     assert!(err.contains("next reply's seed 1") && !err.contains("not in the tokenizer's vocabulary"), "{err}");
+}
+
+/// A token's bytes as `--json`'s `logprobs` give them (`bytes`, as OpenAI's).
+fn bytes_of(score: &serde_json::Value) -> Vec<u8> {
+    let b = score["bytes"].as_array().unwrap_or_else(|| panic!("no bytes: {score}"));
+    b.iter().map(|b| u8::try_from(b.as_u64().unwrap()).unwrap()).collect()
+}
+
+/// A token that is part of a character (a byte-level BPE splits one over tokens): `--json`'s
+/// `logprobs` keep its `text` ("�") and add its `bytes`, as OpenAI's do, the tokens' bytes making
+/// the text; the table shows those bytes (`"\xE2"`), not "�", which said neither which bytes nor
+/// that they were not the character U+FFFD.
+#[test]
+fn logprobs_show_the_bytes_of_a_token_that_is_part_of_a_character() {
+    let dir = ddl::testing::scratch_dir("generate-logprobs-bytes");
+    let run = bpe_run(&dir);
+    let r = run.to_str().unwrap();
+    let mut split = 0;
+    for seed in 1..=4 {
+        let seed = seed.to_string();
+        let args = ["generate", "--checkpoint", r, "--prompt", "ROMEO:", "--max-tokens", "30"];
+        let args: Vec<&str> =
+            args.iter().copied().chain(["--temperature", "1.5", "--seed", &seed, "--logprobs", "2"]).collect();
+        let json_args: Vec<&str> = args.iter().copied().chain(["--json"]).collect();
+        let j: serde_json::Value = serde_json::from_slice(&ok(&dir, &json_args).stdout).unwrap();
+        let printed = String::from_utf8(ok(&dir, &args).stdout).unwrap();
+        let lines: Vec<&str> = printed.lines().collect();
+        let head = lines.iter().position(|l| l.starts_with("--- log-probabilities")).expect(&printed);
+        let mut all = Vec::new();
+        for (i, s) in j["logprobs"].as_array().unwrap().iter().enumerate() {
+            let bytes = bytes_of(s);
+            assert_eq!(s["text"].as_str().unwrap(), String::from_utf8_lossy(&bytes), "{s}");
+            for a in s["top"].as_array().unwrap() {
+                assert_eq!(a["text"].as_str().unwrap(), String::from_utf8_lossy(&bytes_of(a)), "{a}");
+            }
+            // Row i of the table: its number, then the token as shown.
+            let row = lines[head + 2 + i].trim_start().strip_prefix(&format!("{}  ", i + 1)).expect(&printed);
+            let shown = ddl::generate::shown_token(s["text"].as_str().unwrap(), &bytes);
+            assert!(row.starts_with(&format!("{shown} ")), "{shown} in {row:?}");
+            if std::str::from_utf8(&bytes).is_err() {
+                split += 1;
+                assert!(shown.contains("\\x") && !shown.contains('\u{FFFD}'), "{shown}");
+            }
+            all.extend(bytes);
+        }
+        assert_eq!(String::from_utf8_lossy(&all), j["text"].as_str().unwrap(), "{j}");
+    }
+    assert!(split > 0, "no token part of a character in 4 samples");
+}
+
+/// `//text` sends the line `/text` (as IRC clients do): a line starting with '/' was always a
+/// command, and an unknown one refused, so no such line could be sent. The refusal and `/help`
+/// say how.
+#[test]
+fn a_double_slash_sends_a_line_starting_with_a_slash() {
+    let dir = ddl::testing::scratch_dir("generate-chat-slash");
+    let run = bpe_run(&dir);
+    let saved = dir.join("chat.txt");
+    let input = format!("//etc/hosts is a file\n/etc/hosts\n/help\n/save {}\n", saved.display());
+    let (_, err) = chat(&dir, &run, &["--max-tokens", "3"], &input);
+    let text = std::fs::read_to_string(&saved).unwrap();
+    assert!(text.starts_with("/etc/hosts is a file\n"), "{text:?}\n{err}");
+    assert!(!text.contains("//") && !err.contains("unknown command '//"), "{text:?}\n{err}");
+    assert!(
+        err.contains("unknown command '/etc/hosts': to send a line starting with '/', write '//…' (//etc/hosts sends"),
+        "{err}"
+    );
+    let help = err
+        .lines()
+        .map(|l| l.trim_start_matches("> "))
+        .find(|l| l.starts_with("commands:"))
+        .unwrap_or_else(|| panic!("{err}"));
+    assert!(help.contains("to send a line starting with '/', write '//…'"), "{help}");
 }
 
 /// A setting named in capitals is that setting in everything it does: `/set SEED 5` made the next

@@ -503,12 +503,18 @@ impl TraceData {
         let optional = |name: &str, len: usize| get(name).ok().map(|x| x.1).filter(|x| x.len() == len);
         let (logprob, rank) = (optional("logprob", t), optional("rank", t));
         let (top_ids, top_lp) = (optional("top_ids", t * n_top), optional("top_logprob", t * n_top));
-        let top_texts = |i: usize| -> Vec<String> {
+        // (Each alternative's text and bytes; traces made before the bytes were recorded have none.)
+        let top_texts = |i: usize| -> Vec<(String, Vec<u8>)> {
+            let bytes = |x: &serde_json::Value| -> Vec<u8> {
+                x["bytes"]
+                    .as_array()
+                    .map_or(Vec::new(), |b| b.iter().filter_map(|b| b.as_u64()).map(|b| b as u8).collect())
+            };
             summary
                 .as_ref()
                 .ok()
                 .and_then(|j| j["tokens"][i]["top"].as_array().cloned())
-                .map(|a| a.iter().map(|x| x["text"].as_str().unwrap_or_default().to_string()).collect())
+                .map(|a| a.iter().map(|x| (x["text"].as_str().unwrap_or_default().to_string(), bytes(x))).collect())
                 .unwrap_or_default()
         };
         let score_of = |i: usize, id: u32| -> Option<ddl::generate::TokenScore> {
@@ -522,17 +528,22 @@ impl TraceData {
                     .filter(|&j| ids[i * n_top + j] >= 0.0 && lps[i * n_top + j].is_finite())
                     .map(|j| {
                         let a = ids[i * n_top + j] as u32;
-                        ddl::generate::Alternative {
-                            id: a,
-                            text: alt_texts.get(j).cloned().unwrap_or_else(|| format!("#{a}")),
-                            logprob: lps[i * n_top + j] as f64,
-                        }
+                        let (text, bytes) = alt_texts.get(j).cloned().unwrap_or_else(|| (format!("#{a}"), Vec::new()));
+                        ddl::generate::Alternative { id: a, text, bytes, logprob: lps[i * n_top + j] as f64 }
                     })
                     .collect(),
                 _ => Vec::new(),
             };
             let text = texts.get(i).cloned().unwrap_or_else(|| format!("#{id}"));
-            Some(ddl::generate::TokenScore { id, text, logprob: lp as f64, rank: rank as usize, top })
+            // (The token's bytes are not in the trace: its text says it.)
+            Some(ddl::generate::TokenScore {
+                id,
+                text,
+                bytes: Vec::new(),
+                logprob: lp as f64,
+                rank: rank as usize,
+                top,
+            })
         };
         for i in 0..t {
             let traced = (0..s).all(|j| beta[i * s + j].is_finite());

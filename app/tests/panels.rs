@@ -97,8 +97,14 @@ fn panel_snapshots() {
     for (t, r) in data.rows.iter_mut().enumerate().skip(1) {
         let logprob = -((t * 7 % 11) as f64) * 0.4;
         let id = r.trace.token;
-        r.trace.score =
-            Some(ddl::generate::TokenScore { id, text: r.trace.text.clone(), logprob, rank: 1, top: Vec::new() });
+        r.trace.score = Some(ddl::generate::TokenScore {
+            id,
+            text: r.trace.text.clone(),
+            bytes: Vec::new(),
+            logprob,
+            rank: 1,
+            top: Vec::new(),
+        });
     }
     assert_eq!((data.surprise(0), data.max_surprise()), (None, 4.0));
     let mut sel = Selection { token: Some(7), sublayer: 2 };

@@ -2,7 +2,8 @@
 //! is added under a lock (a file beside it), reading the file as it is then (what other chats
 //! added meanwhile) and replacing it whole (a temporary file renamed), so two chats at once never
 //! tear it nor drop each other's lines. A history that cannot be written is said once, with why
-//! and what to do (it was silently not kept).
+//! and what to do (it was silently not kept). A chat's start removes the temporary files of chats
+//! killed while they replaced the file.
 //!
 //! The file is in rustyline's format (`#V2`, then one line an entry, `\` and newlines escaped),
 //! which the line editor loads at the start of a chat.
@@ -28,8 +29,40 @@ impl History {
     /// the note that the history will not be kept, why, and what to do.
     pub fn open(path: &Path) -> Result<History, String> {
         let h = History { path: path.to_path_buf(), off: false };
-        h.lock_file().map_err(|e| h.not_kept(&e))?;
+        let lock = h.lock_file().map_err(|e| h.not_kept(&e))?;
+        // (A chat killed while it replaced the file left its temporary file, one more each time.)
+        if lock.lock().is_ok() {
+            h.remove_stale_temporaries();
+        }
         Ok(h)
+    }
+
+    /// Removes the temporary files (`.chat-history.txt.tmp-PID-N`, [`write_atomic`]'s) of chats
+    /// killed while they replaced the file: under the lock, which this chat holds, no live chat
+    /// is writing one, and a file whose process is alive (a writer that took no lock) is kept.
+    /// Returns what it removed.
+    ///
+    /// [`write_atomic`]: crate::train::checkpoint::write_atomic
+    fn remove_stale_temporaries(&self) -> Vec<PathBuf> {
+        let name = self.path.file_name().unwrap_or_default().to_string_lossy();
+        let prefix = format!(".{name}.tmp-");
+        let dir = self.path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        let Ok(entries) = std::fs::read_dir(dir) else { return Vec::new() };
+        let mut removed = Vec::new();
+        for e in entries.flatten() {
+            let n = e.file_name().to_string_lossy().into_owned();
+            let pid = n
+                .strip_prefix(&prefix)
+                .and_then(|r| r.split_once('-'))
+                .filter(|(_, k)| k.parse::<u64>().is_ok())
+                .and_then(|(pid, _)| pid.parse::<u32>().ok());
+            let Some(pid) = pid else { continue };
+            let gone = pid != std::process::id() && crate::train::lock::alive(pid) != Some(true);
+            if gone && std::fs::remove_file(e.path()).is_ok() {
+                removed.push(e.path());
+            }
+        }
+        removed
     }
 
     /// Adds `entry` to the file (unless it repeats the last entry, as the editor does): `Err`
@@ -179,6 +212,33 @@ mod tests {
             .collect();
         want.sort();
         assert_eq!(got, want);
+    }
+
+    /// A chat killed while it replaced the file (`kill -9` between the temporary file's write and
+    /// its rename) left `.chat-history.txt.tmp-PID-N`, which no later chat removed: the next chat
+    /// removes those of processes that are gone, and keeps a live process's and other files.
+    #[test]
+    fn a_killed_chats_temporary_file_is_removed_by_the_next_chat() {
+        let dir = crate::testing::scratch_dir("chat-history-stale");
+        let path = dir.join("chat-history.txt");
+        std::fs::write(&path, "#V2\nkept\n").unwrap();
+        let mut dead = std::process::Command::new("true").spawn().unwrap();
+        let dead_pid = dead.id();
+        dead.wait().unwrap();
+        let mut live = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+        let stale = dir.join(format!(".chat-history.txt.tmp-{dead_pid}-0"));
+        let writing = dir.join(format!(".chat-history.txt.tmp-{}-3", live.id()));
+        let other = dir.join(".chat-history.txt.tmp-notes");
+        for f in [&stale, &writing, &other] {
+            std::fs::write(f, "#V2\npart").unwrap();
+        }
+        let mut h = History::open(&path).unwrap();
+        let left = (stale.exists(), writing.exists(), other.exists());
+        let _ = live.kill();
+        let _ = live.wait();
+        assert_eq!(left, (false, true, true), "stale, live writer's, another file");
+        h.add("next").unwrap();
+        assert_eq!(parse(&std::fs::read(&path).unwrap()), ["kept", "next"]);
     }
 
     /// A cache that cannot be written (`DDL_CACHE_DIR` at a file) is said at the start, naming the

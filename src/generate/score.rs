@@ -7,7 +7,10 @@ use super::*;
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct Alternative {
     pub id: u32,
+    /// As [`TokenScore::text`]: "�" where the token is part of a character.
     pub text: String,
+    /// As [`TokenScore::bytes`].
+    pub bytes: Vec<u8>,
     pub logprob: f64,
 }
 
@@ -17,7 +20,12 @@ pub struct Alternative {
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct TokenScore {
     pub id: u32,
+    /// The token's text alone, "�" for bytes that are not a whole character (a byte-level BPE
+    /// splits a character over tokens; the text they make together is whole).
     pub text: String,
+    /// The token's bytes ([`Tokenizer::token_raw_bytes`]), as OpenAI's `logprobs` give them:
+    /// where `text` has "�", these say which bytes the token stands for.
+    pub bytes: Vec<u8>,
     pub logprob: f64,
     pub rank: usize,
     pub top: Vec<Alternative>,
@@ -58,14 +66,16 @@ pub fn score_token(logits: &[f32], id: u32, top: usize, tok: &Tokenizer) -> Toke
         idx
     };
     let text = |i: u32| tok.decode(&[i]).unwrap_or_default();
+    let bytes = |i: u32| tok.token_raw_bytes(i).unwrap_or_default();
     TokenScore {
         id,
         text: text(id),
+        bytes: bytes(id),
         logprob: own as f64 - lse,
         rank,
         top: idx
             .into_iter()
-            .map(|i| Alternative { id: i, text: text(i), logprob: logits[i as usize] as f64 - lse })
+            .map(|i| Alternative { id: i, text: text(i), bytes: bytes(i), logprob: logits[i as usize] as f64 - lse })
             .collect(),
     }
 }
@@ -100,17 +110,17 @@ pub fn prompt_scores_table(scores: &[TokenScore], n: usize) -> String {
 /// A table of scores under `title`, rows numbered from `first`, ending with the mean and, for a
 /// continuation, why it `stopped`.
 fn table_of_scores(scores: &[TokenScore], n: usize, title: &str, first: usize, stopped: Option<&str>) -> String {
-    let shown = |t: &str| format!("{t:?}");
     let cols = if n == 0 { 5 } else { 6 };
     // (N past the vocabulary shows every token: as many as there are.)
     let n = scores.iter().map(|s| s.top.len()).max().map_or(n, |most| n.min(most));
     let mut rows: Vec<Vec<String>> =
         vec![vec!["#".into(), "token".into(), "log p".into(), "p".into(), "rank".into(), format!("top {n}")]];
     for (i, s) in scores.iter().enumerate() {
-        let top: Vec<String> = s.top.iter().map(|a| format!("{} {:.3}", shown(&a.text), a.logprob.exp())).collect();
+        let top: Vec<String> =
+            s.top.iter().map(|a| format!("{} {:.3}", shown_token(&a.text, &a.bytes), a.logprob.exp())).collect();
         rows.push(vec![
             (i + first).to_string(),
-            shown(&s.text),
+            shown_token(&s.text, &s.bytes),
             format!("{:.4}", s.logprob),
             format!("{:.4}", s.logprob.exp()),
             s.rank.to_string(),
@@ -136,6 +146,30 @@ fn table_of_scores(scores: &[TokenScore], n: usize, title: &str, first: usize, s
             out.push('\n');
         }
     }
+    out
+}
+
+/// A token as a table shows it: its text quoted with Rust's escapes (`"\n"`), and where its
+/// bytes are not whole characters (a byte-level BPE's piece of one), those bytes as `\xE2`
+/// (its text alone, "�", said neither which bytes nor that they were not the character U+FFFD).
+/// A token whose bytes are unknown (`bytes` empty, as in a trace made before they were
+/// recorded) shows its text.
+pub fn shown_token(text: &str, bytes: &[u8]) -> String {
+    if bytes.is_empty() || std::str::from_utf8(bytes).is_ok() {
+        return format!("{text:?}");
+    }
+    let mut out = String::from("\"");
+    for chunk in bytes.utf8_chunks() {
+        for c in chunk.valid().chars() {
+            // (As `{:?}` shows a string: a double quote escaped, a single quote not.)
+            match c {
+                '\'' => out.push(c),
+                c => out.extend(c.escape_debug()),
+            }
+        }
+        out.extend(chunk.invalid().iter().map(|b| format!("\\x{b:02X}")));
+    }
+    out.push('"');
     out
 }
 
@@ -394,4 +428,22 @@ async fn teacher_forced(
         start = first - slide_keep(cap);
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_token_that_is_part_of_a_character_shows_its_bytes() {
+        // A lone byte of '—' (E2 80 94), and a space with the next two: not "�".
+        assert_eq!(shown_token("\u{FFFD}", &[0xE2]), r#""\xE2""#);
+        assert_eq!(shown_token(" \u{FFFD}", &[b' ', 0xE2, 0x80]), r#"" \xE2\x80""#);
+        assert_eq!(shown_token("\u{FFFD}\"", &[0x94, b'"']), r#""\x94\"""#);
+        // Whole characters as `{:?}` shows them, U+FFFD itself too; no bytes known: the text.
+        assert_eq!(shown_token("a'\n", b"a'\n"), r#""a'\n""#);
+        assert_eq!(shown_token("—", "—".as_bytes()), "\"—\"");
+        assert_eq!(shown_token("\u{FFFD}", "\u{FFFD}".as_bytes()), "\"\u{FFFD}\"");
+        assert_eq!(shown_token("x", &[]), "\"x\"");
+    }
 }
