@@ -775,10 +775,12 @@ fn utf16_text_is_said_to_be_utf16_with_its_conversion() {
 #[test]
 fn chat_history_keeps_two_chats_lines_and_says_when_it_cannot_be_kept() {
     use std::io::{BufRead, Read, Write};
+    use std::time::{Duration, Instant};
     let dir = ddl::testing::scratch_dir("generate-chat-history");
     let run = char_run(&dir);
     // A chat on a terminal (a pseudo-terminal's other end kept by the test) with `cache` as its
-    // cache folder; returns it, the terminal and its stderr's lines once the chat has started.
+    // cache folder; returns it, the terminal (its master end and a copy of the chat's end, whose
+    // modes say when the line editor reads) and its stderr's lines once the chat has started.
     let start = |cache: &Path| {
         use std::os::fd::FromRawFd;
         use std::ptr::null_mut;
@@ -786,6 +788,7 @@ fn chat_history_keeps_two_chats_lines_and_says_when_it_cannot_be_kept() {
         // SAFETY: openpty writes two new file descriptors, each then owned by one File.
         assert_eq!(unsafe { libc::openpty(&mut master, &mut slave, null_mut(), null_mut(), null_mut()) }, 0);
         let (master, slave) = unsafe { (std::fs::File::from_raw_fd(master), std::fs::File::from_raw_fd(slave)) };
+        let tty = slave.try_clone().unwrap();
         let mut child = ddl(&dir)
             .args(["chat", "--checkpoint", run.to_str().unwrap(), "--max-tokens", "1"])
             .env("DDL_CACHE_DIR", cache)
@@ -798,33 +801,75 @@ fn chat_history_keeps_two_chats_lines_and_says_when_it_cannot_be_kept() {
         let mut first = String::new();
         stderr.read_line(&mut first).unwrap();
         assert!(first.starts_with("chat with "), "{first}");
-        (child, master, stderr)
+        (child, (master, tty), stderr)
     };
-    let end = |(mut child, master, mut stderr): (std::process::Child, std::fs::File, std::io::BufReader<_>)| {
+    type Chat = (std::process::Child, (std::fs::File, std::fs::File), std::io::BufReader<std::process::ChildStderr>);
+    // Waits until the line editor reads the terminal (raw mode: ICANON off): a line typed before
+    // may be dropped (the test typed after fixed pauses, and on a loaded machine lines, or a
+    // `/quit`, were lost and the test failed or hung).
+    let reading = |tty: &std::fs::File| {
+        use std::os::fd::AsRawFd;
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            // SAFETY: termios is plain data; tcgetattr fills it for an open terminal.
+            let mut t: libc::termios = unsafe { std::mem::zeroed() };
+            assert_eq!(unsafe { libc::tcgetattr(tty.as_raw_fd(), &mut t) }, 0);
+            if t.c_lflag & libc::ICANON == 0 {
+                return;
+            }
+            assert!(Instant::now() < deadline, "the chat's line editor did not read the terminal within 120 s");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    };
+    let type_line = |chat: &mut Chat, line: &str| {
+        reading(&chat.1.1);
+        chat.1.0.write_all(format!("{line}\n").as_bytes()).unwrap();
+    };
+    // The chat's end, within 120 s (killed and failed after: it never hangs the suite).
+    let end = |(mut child, tty, mut stderr): Chat| {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while child.try_wait().unwrap().is_none() {
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("the chat did not end within 120 s of its /quit");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
         let mut err = String::new();
         stderr.read_to_string(&mut err).unwrap();
         assert!(child.wait().unwrap().success(), "{err}");
-        drop(master);
+        drop(tty);
         err
     };
-    // (Typed once the line editor has the terminal: what is typed before may be dropped.)
-    let typing = || std::thread::sleep(std::time::Duration::from_secs(3));
-    // Both chats started (each has read the history as it was: none), then lines typed to both
-    // in turn.
+    // Until `line` is in the history file (added as the editor returns it).
     let cache = dir.join("chat-cache");
+    let history = cache.join("chat-history.txt");
+    let added = |line: &str| {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while !std::fs::read_to_string(&history).is_ok_and(|t| t.lines().any(|l| l == line)) {
+            assert!(Instant::now() < deadline, "'{line}' was not added to {} within 120 s", history.display());
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    };
+    // Both chats started (each has read the history as it was: none), then lines typed to both
+    // in turn, each chat adding its line to the file while the other holds it too.
     let mut chats = [start(&cache), start(&cache)];
     let lines = |who: usize| (0..30).map(move |i| format!("/set seed {}", who * 1000 + i));
-    typing();
-    for (a, b) in lines(0).zip(lines(1)).chain([("/quit".into(), "/quit".into())]) {
-        chats[0].1.write_all(format!("{a}\n").as_bytes()).unwrap();
-        chats[1].1.write_all(format!("{b}\n").as_bytes()).unwrap();
-        std::thread::sleep(std::time::Duration::from_millis(20));
+    for (a, b) in lines(0).zip(lines(1)) {
+        type_line(&mut chats[0], &a);
+        type_line(&mut chats[1], &b);
+        added(&a);
+        added(&b);
+    }
+    for chat in &mut chats {
+        type_line(chat, "/quit");
     }
     for chat in chats {
         let err = end(chat);
         assert!(!err.contains("will not be kept"), "{err}");
     }
-    let text = std::fs::read_to_string(cache.join("chat-history.txt")).unwrap();
+    let text = std::fs::read_to_string(&history).unwrap();
     assert!(text.starts_with("#V2\n"), "{text}");
     // (Each chat's `/quit` too, the second left out where it follows the first, as the editor does.)
     let mut got: Vec<&str> = text.lines().skip(1).filter(|l| *l != "/quit").collect();
@@ -836,11 +881,10 @@ fn chat_history_keeps_two_chats_lines_and_says_when_it_cannot_be_kept() {
     let file = dir.join("cache-file");
     std::fs::write(&file, "x").unwrap();
     let mut chat = start(&file);
-    typing();
-    for line in ["/set seed 1\n", "/set seed 2\n", "/quit\n"] {
-        // (A line at a time, as typed: lines written at once were not all read.)
-        chat.1.write_all(line.as_bytes()).unwrap();
-        std::thread::sleep(std::time::Duration::from_millis(20));
+    for line in ["/set seed 1", "/set seed 2", "/quit"] {
+        type_line(&mut chat, line);
+        // (The editor leaves raw mode as it returns the line; the next is typed once it reads again.)
+        std::thread::sleep(Duration::from_millis(200));
     }
     let err = end(chat);
     let note = format!("'{}' is a file, not a folder", file.display());
