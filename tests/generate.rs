@@ -570,6 +570,8 @@ fn a_piped_chat_with_lines_it_could_not_send_ends_with_an_error() {
     assert_eq!(code, Some(1), "{out}{err}");
     assert!(err.contains("error: character '🎉'") && err.contains("error: character 'é'"), "{err}");
     assert!(err.contains("3 lines of standard input could not be sent to the model"), "{err}");
+    // (Each said as skipped: "type it again" is for a terminal.)
+    assert!(err.contains("the line is skipped (correct it in the input)") && !err.contains("type it again"), "{err}");
     // The lines around them were replied to, a turn each, and the trace written.
     assert_eq!(turn_seeds(&trace).len(), 2, "{err}");
     let (code, _, err) = chat_ending(&dir, &run, &["--max-tokens", "2"], "A\nE\n");

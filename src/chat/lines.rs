@@ -8,6 +8,11 @@ use super::*;
 pub trait Lines {
     /// The next line without its newline, or `None` at the end of the input.
     fn next_line(&mut self, prompt: &str) -> std::io::Result<Option<String>>;
+    /// Whether a person types the lines (a terminal): a line refused can be typed again; from a
+    /// pipe or a file it is skipped.
+    fn typed(&self) -> bool {
+        false
+    }
 }
 
 /// Lines from a reader (a pipe, a file, a test): the prompt goes to `log`.
@@ -113,6 +118,10 @@ impl EditedLines {
 }
 
 impl Lines for EditedLines {
+    fn typed(&self) -> bool {
+        true
+    }
+
     fn next_line(&mut self, prompt: &str) -> std::io::Result<Option<String>> {
         use rustyline::error::ReadlineError;
         loop {

@@ -747,10 +747,15 @@ pub fn run(
             }
             Err(ChatTurnError::Encode(e)) => {
                 refused += 1;
+                let then = if lines.typed() {
+                    "type it again without that character"
+                } else {
+                    "the line is skipped (correct it in the input)"
+                };
                 writeln!(
                     log,
-                    "error: {e}; the checkpoint's {} tokenizer cannot encode this line: type it again without that \
-                     character (the conversation is as it was)",
+                    "error: {e}; the checkpoint's {} tokenizer cannot encode this line: {then} (the conversation is \
+                     as it was)",
                     tok.kind()
                 )?;
                 false
