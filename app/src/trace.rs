@@ -420,12 +420,25 @@ impl TraceData {
             .ok()
             .and_then(|j| j["tokens"].as_array().map(|a| a.iter().map(|x| x["read"] == true).collect()))
             .unwrap_or_default();
+        // (A token that is part of a character, a byte-level BPE's lone byte, shows its bytes,
+        // `\xE2`, where its text alone is "�": from the summary's `bytes`, where it has them.)
+        let token_text = |x: &serde_json::Value| -> String {
+            let text = x["text"].as_str().unwrap_or("");
+            let bytes: Vec<u8> = x["bytes"]
+                .as_array()
+                .map_or(Vec::new(), |b| b.iter().filter_map(|b| b.as_u64()).map(|b| b as u8).collect());
+            match std::str::from_utf8(&bytes) {
+                Err(_) if !bytes.is_empty() => {
+                    let shown = ddl::generate::shown_token(text, &bytes);
+                    shown[1..shown.len() - 1].to_string()
+                }
+                _ => text.to_string(),
+            }
+        };
         let texts: Vec<String> = summary
             .as_ref()
             .ok()
-            .and_then(|j| {
-                j["tokens"].as_array().map(|a| a.iter().map(|x| x["text"].as_str().unwrap_or("").to_string()).collect())
-            })
+            .and_then(|j| j["tokens"].as_array().map(|a| a.iter().map(token_text).collect()))
             .unwrap_or_default();
         let mut data = TraceData::new(s / 2, d, m);
         if texts.len() != t {

@@ -618,6 +618,15 @@ fn wrong_files_opened_as_traces_say_what_they_are() {
     use panels::interventions::Choice;
     assert_eq!(app.interventions.choices, [Choice::KMean, Choice::AsTrained, Choice::AsTrained, Choice::Identity]);
     assert_eq!(app.interventions.specs(), ["block0.attn:k=mean", "block1.mlp:beta=0"]);
+    // A token that is part of a character (a byte-level BPE's lone byte: its text alone "�")
+    // shows its bytes from the summary, as `--logprobs` does; a whole one its text.
+    summary["tokens"][1]["text"] = "\u{FFFD}".into();
+    summary["tokens"][1]["bytes"] = serde_json::json!([0xE2, 0x80]);
+    summary["tokens"][2]["bytes"] = serde_json::json!(summary["tokens"][2]["text"].as_str().unwrap().as_bytes());
+    std::fs::write(dir.join("t.json"), summary.to_string()).unwrap();
+    let t = TraceData::load(&current).unwrap();
+    assert_eq!(t.rows[1].trace.text, "\\xE2\\x80");
+    assert_eq!(t.rows[2].trace.text, summary["tokens"][2]["text"].as_str().unwrap());
     // Another safetensors file (an optimizer's moments) is named as not a trace.
     let optim = dir.join("optim.safetensors");
     std::fs::write(&optim, safetensors::serialize(vec![("m".to_string(), v16(&[0u8; 16]))], None).unwrap()).unwrap();

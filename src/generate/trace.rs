@@ -258,7 +258,7 @@ pub fn write_trace_with(
             "beta": tr.beta, "regime": tr.beta.iter().map(|b| regime(*b)).collect::<Vec<_>>(),
             "outside_range": tr.beta.iter().map(|b| outside_range(*b)).collect::<Vec<_>>(),
             "logprob": tr.score.as_ref().map(|s| s.logprob), "rank": tr.score.as_ref().map(|s| s.rank),
-            "top": tr.score.as_ref().map(|s| &s.top),
+            "top": tr.score.as_ref().map(|s| &s.top), "bytes": tr.score.as_ref().map(|s| &s.bytes),
         })).collect::<Vec<_>>(),
         "regime_counts": counts.iter().map(|c| serde_json::json!({"identity": c[0], "projection": c[1], "reflection": c[2], "outside": c[3]})).collect::<Vec<_>>(),
     });
