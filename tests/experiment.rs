@@ -1012,7 +1012,8 @@ fn a_grid_kept_without_its_metrics_is_not_said_to_be_unstarted() {
 /// A spec's relative corpus (taken from the current directory) is kept absolute in the grid's
 /// experiment.toml, as the runs' config.toml keep it: the grid is reported (`--report-only` with
 /// its experiment.toml as the spec) and described from any other directory (it was "corpus = \"c.txt\":
-/// no such file"), and the same spec run again where it was written is the same spec.
+/// no such file"), and the same spec run again where it was written is the same spec. (Its
+/// length is given as `epochs`, which experiment.toml keeps and the report says.)
 #[test]
 fn a_grid_with_a_relative_corpus_is_found_from_any_directory() {
     let dir = tmpdir("experiment-relative-corpus");
@@ -1021,6 +1022,8 @@ fn a_grid_with_a_relative_corpus_is_found_from_any_directory() {
     let relative = text_of.replace(&format!("corpus = \"{corpus}\""), "corpus = \"corpus.txt\"");
     let relative = relative.replace("variants = [\"baseline\", \"ddl\"]", "variants = [\"baseline\"]");
     let relative = relative.replace("seeds = [1, 2]", "seeds = [1]");
+    // (Its length as epochs: 0.01 of the training split, said in experiment.toml and the report.)
+    let relative = relative.replace("steps = 1\n", "epochs = 0.01\n");
     assert!(relative.contains("corpus = \"corpus.txt\""), "{relative}");
     std::fs::write(dir.join("rel.toml"), relative).unwrap();
     let run = |cwd: &Path, args: &[&str]| {
@@ -1031,6 +1034,9 @@ fn a_grid_with_a_relative_corpus_is_found_from_any_directory() {
     let copy = std::fs::read_to_string(dir.join("grid/experiment.toml")).unwrap();
     let absolute = std::fs::canonicalize(&corpus).unwrap().display().to_string();
     assert!(copy.contains(&format!("corpus = \"{absolute}\"")), "{copy}");
+    assert!(copy.contains("epochs = 0.01") && copy.contains("steps = "), "{copy}");
+    let report = std::fs::read_to_string(dir.join("grid/report.md")).unwrap();
+    assert!(report.contains("; `epochs = 0.01`: passes over the training split)"), "{report}");
     let elsewhere = dir.join("elsewhere");
     std::fs::create_dir_all(&elsewhere).unwrap();
     let g = dir.join("grid");

@@ -480,13 +480,19 @@ pub(super) fn write_report(
         _ => format!("the final evaluation; token counts differ between runs: {val_tokens:?}"),
     };
     md.push_str(&format!(
-        "Preset `{}`, {} steps per run ({} tokens), seeds {}; every run of one seed sees the same \
+        "Preset `{}`, {} steps per run ({} tokens{}), seeds {}; every run of one seed sees the same \
          batches in the same order. Train loss is the mean over the last tenth of the steps; val \
          loss is measured over {val_what}. Per variant: mean, sample standard deviation over seeds \
          and the 95 % t-interval of the mean. Speed: its own section, measured in one process.\n\n",
         spec.preset,
         spec.steps,
         any.tokens,
+        // (How the spec gave the length, where not in steps.)
+        match (spec.tokens, spec.epochs) {
+            (Some(t), _) => format!("; `tokens = {}`", crate::train::cache::count(t)),
+            (_, Some(e)) => format!("; `epochs = {e}`: passes over the training split"),
+            _ => String::new(),
+        },
         seeds_text(spec),
     ));
     // Which build made the runs.
