@@ -676,6 +676,17 @@ mod tests {
         assert!(e.contains("saved no checkpoint") && e.contains("--overwrite"), "{e}");
         let e = missing_in(&run.join(KEPT_DIR));
         assert!(e.contains("kept checkpoints, and none is in it") && e.contains(&run.display().to_string()), "{e}");
+        // With kept checkpoints in it: they are named as the run's checkpoints, not as runs.
+        let kept = run.join(KEPT_DIR).join("step-00000002");
+        std::fs::create_dir_all(&kept).unwrap();
+        std::fs::write(kept.join(MODEL_FILE), "").unwrap();
+        let e = missing_in(&run.join(KEPT_DIR));
+        assert!(
+            e.contains(&format!("holds the kept checkpoints of the run in '{}' (step-00000002)", run.display())),
+            "{e}"
+        );
+        assert!(e.contains("or the run's folder") && !e.contains("holds runs"), "{e}");
+        std::fs::remove_dir_all(&kept).unwrap();
 
         // A live process of this host holds the folder (this process's own lock counts as stale).
         let lock = format!("1 {}\n", super::super::lock::host_name());
