@@ -378,6 +378,15 @@ fn bad_specs_are_clear_errors() {
         ("preset = \"tiny\"\nvariants = [\"ddl\"]\nseeds = [1]\nsteps = -5\n", "expected a whole number ≥ 1"),
         ("preset = \"tiny\"\nvariants = [\"ddl\"]\nseeds = [-1]\nsteps = 3\n", "expected a whole number ≥ 0"),
         ("", "missing key `preset`"),
+        // extra_seeds as a list: serde's "expected a map", or "[[extra_seeds]] is an array of tables".
+        (
+            "preset = \"tiny\"\nvariants = [\"ddl\"]\nseeds = [1]\nsteps = 3\nextra_seeds = [2]\n",
+            "extra_seeds = { ddl = [3, 4] }",
+        ),
+        (
+            "preset = \"tiny\"\nvariants = [\"ddl\"]\nseeds = [1]\nsteps = 3\nextra_seeds = []\n",
+            "extra_seeds = []: expected a table",
+        ),
         ("variants = [\"ddl\"]\nseeds = [1]\nsteps = 3\n", "a spec names at least preset, variants, seeds and steps"),
     ];
     for (i, (spec, needle)) in cases.iter().enumerate() {
