@@ -378,6 +378,15 @@ fn bad_specs_are_clear_errors() {
         ("preset = \"tiny\"\nvariants = [\"ddl\"]\nseeds = [1]\nsteps = -5\n", "expected a whole number ≥ 1"),
         ("preset = \"tiny\"\nvariants = [\"ddl\"]\nseeds = [-1]\nsteps = 3\n", "expected a whole number ≥ 0"),
         ("", "missing key `preset`"),
+        // extra_seeds as a list: serde's "expected a map", or "[[extra_seeds]] is an array of tables".
+        (
+            "preset = \"tiny\"\nvariants = [\"ddl\"]\nseeds = [1]\nsteps = 3\nextra_seeds = [2]\n",
+            "extra_seeds = { ddl = [3, 4] }",
+        ),
+        (
+            "preset = \"tiny\"\nvariants = [\"ddl\"]\nseeds = [1]\nsteps = 3\nextra_seeds = []\n",
+            "extra_seeds = []: expected a table",
+        ),
         ("variants = [\"ddl\"]\nseeds = [1]\nsteps = 3\n", "a spec names at least preset, variants, seeds and steps"),
     ];
     for (i, (spec, needle)) in cases.iter().enumerate() {
@@ -456,6 +465,23 @@ fn bad_specs_are_clear_errors() {
         }
     }
     assert_eq!(std::fs::read_to_string(&file).unwrap(), "mine");
+    // An experiment's runs/, or a folder in it, is none of a new grid's: refused (also by
+    // --dry-run), nothing written there (the new grid's runs/, report and plots went into it, and
+    // `ddl plot` of the experiment then left out a run "runs").
+    let grid = dir.join("grid");
+    let runs = grid.join("runs").tap_mkdir();
+    std::fs::copy(&good, grid.join("experiment.toml")).unwrap();
+    for o in [runs.clone(), runs.join("new"), runs.join("x/../new")] {
+        for extra in [&[][..], &["--dry-run"][..]] {
+            let mut args = vec!["experiment", "--spec", good.to_str().unwrap(), "--out", o.to_str().unwrap()];
+            args.extend(extra);
+            let r = ddl(&dir, &args);
+            let t = text(&r);
+            assert!(!r.status.success() && t.contains("inside the runs/ folder of the experiment in"), "{t}");
+            assert!(t.contains(&format!("give '{}' to continue", grid.display())), "{t}");
+            assert_eq!(std::fs::read_dir(&runs).unwrap().count(), 0, "{t}");
+        }
+    }
     // A folder another live process works in (PID 1 always runs on Linux): refused naming it,
     // before devices open and the grid's headers are said.
     if Path::new("/proc/1").exists() {

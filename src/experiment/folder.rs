@@ -15,6 +15,22 @@ fn any_run_trained(runs: &Path) -> bool {
     })
 }
 
+/// Whether `dir` is an experiment's `runs/` (beside its `experiment.toml`).
+fn is_runs_of_experiment(dir: &Path) -> bool {
+    dir.file_name().is_some_and(|n| n == "runs") && dir.parent().is_some_and(|p| p.join("experiment.toml").is_file())
+}
+
+/// `path` with its deepest existing folder resolved (`..`, links), the rest as given.
+fn resolved(path: &Path) -> PathBuf {
+    let abs = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+    for a in abs.ancestors() {
+        if let Ok(real) = a.canonicalize() {
+            return real.join(abs.strip_prefix(a).unwrap_or(Path::new("")));
+        }
+    }
+    abs
+}
+
 /// Whether `spec` may run into `out`: a directory keeps the spec it was started with; the grid
 /// may grow (more variants or seeds: the finished runs still count), but the settings every run
 /// shares may not change under runs that trained.
@@ -27,6 +43,21 @@ pub fn check_out(spec: &ExperimentSpec, out: &Path) -> Result<(), ExperimentErro
              an experiment's, to resume it)",
             out.display(),
             file.display()
+        )));
+    }
+    // An experiment's runs/ or a folder in it: every folder there is one of that grid's runs (the
+    // new grid's runs/ and report were written into it, and `ddl plot` of that experiment then
+    // left out a run "runs").
+    if let Some(grid) = resolved(out).ancestors().find(|a| is_runs_of_experiment(a)).map(Path::to_path_buf) {
+        // (Named as given where it can be: `out`'s own words, not the resolved path.)
+        let grid = out.ancestors().find(|a| is_runs_of_experiment(a)).map_or(grid, Path::to_path_buf);
+        let experiment = grid.parent().unwrap_or(&grid);
+        return Err(ExperimentError::Report(format!(
+            "--out '{}' is inside the runs/ folder of the experiment in '{}', where every folder is one of its runs: \
+             give '{}' to continue that experiment, or a folder outside it for a new one",
+            out.display(),
+            experiment.display(),
+            experiment.display()
         )));
     }
     // A `ddl train` run's folder: the grid's files (runs/, report, plots) would mix with its.

@@ -182,11 +182,25 @@ impl ExperimentSpec {
                     .into(),
             ));
         }
+        // `extra_seeds` as a list of seeds (or an empty one): "invalid type: sequence, expected a
+        // map", or "[[extra_seeds]] is an array of tables" of `extra_seeds = []`.
+        if let Ok(table) = text.parse::<toml::Table>()
+            && let Some(v) = table.get("extra_seeds")
+            && v.as_array().is_some_and(|a| a.is_empty() || !a.iter().all(|x| x.is_table()))
+        {
+            return Err(err(format!(
+                "extra_seeds = {v}: expected a table of variant = [seeds] (more runs of some variants), e.g. \
+                 extra_seeds = {{ ddl = [3, 4] }}; the seeds every variant runs go in `seeds`"
+            )));
+        }
         // `[[train]]` for `[train]` (an array of tables): "invalid type: sequence, expected a map".
         if let Ok(table) = text.parse::<toml::Table>()
-            && let Some(k) = ["model", "train", "extra_seeds"]
-                .into_iter()
-                .find(|k| table.get(*k).and_then(|v| v.as_array()).is_some_and(|a| a.iter().all(|x| x.is_table())))
+            && let Some(k) = ["model", "train", "extra_seeds"].into_iter().find(|k| {
+                table
+                    .get(*k)
+                    .and_then(|v| v.as_array())
+                    .is_some_and(|a| !a.is_empty() && a.iter().all(|x| x.is_table()))
+            })
         {
             return Err(err(format!(
                 "[[{k}]] is an array of tables; the settings go in one table: write [{k}] with single brackets"

@@ -180,6 +180,22 @@ pub fn experiment_groups(dir: &Path) -> std::io::Result<Groups> {
     Ok(groups)
 }
 
+/// The run folders an experiment's `experiment.toml` names that do not exist yet (none where it
+/// does not read).
+fn unstarted_runs(dir: &Path) -> Vec<PathBuf> {
+    let spec = std::fs::read_to_string(dir.join("experiment.toml"))
+        .ok()
+        .and_then(|t| toml::from_str::<crate::experiment::ExperimentSpec>(&t).ok());
+    let Some(spec) = spec else { return Vec::new() };
+    let variants = spec.variant_list().unwrap_or_default();
+    variants
+        .iter()
+        .flat_map(|&v| spec.seeds_of(v).into_iter().map(move |s| crate::experiment::run_name(v, s)))
+        .map(|name| dir.join("runs").join(name))
+        .filter(|run| !run.exists())
+        .collect()
+}
+
 /// One run's curves keyed by step (before the x axis maps them), and where it ended.
 struct RunCurves {
     series: Vec<(String, Vec<(f64, f64)>)>,
@@ -542,6 +558,11 @@ pub fn plot_runs(o: &PlotOptions) -> Result<PlotEnds, TrainError> {
             });
             ends.runs.extend(curves.into_iter().map(|c| c.end));
         }
+        // The spec's runs with no folder yet (a grid under way, or grown): a variant none of whose
+        // runs had started had no curve and no word.
+        for run in unstarted_runs(input) {
+            ends.left_out.push((run, "not started (no folder yet)".into()));
+        }
     }
     if bands.is_empty() {
         let why = ends.left_out.first().map_or(String::new(), |(r, w)| format!(" ({}: {w})", r.display()));
@@ -806,6 +827,39 @@ mod tests {
         assert!(e.contains("run: --metric val") && e.contains("leave the run out"), "{e}");
         plot_runs(&o(vec![good])).unwrap();
         assert!(out.is_file());
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    /// An experiment under way: the spec's runs with no folder yet are said (a variant none of
+    /// whose runs had started had no curve and no word, so the plot looked like the whole grid).
+    #[test]
+    fn an_experiments_runs_not_started_are_said() {
+        let dir = crate::testing::scratch_dir("plot-unstarted");
+        let exp = dir.join("exp");
+        let run = exp.join("runs/baseline-seed1");
+        std::fs::create_dir_all(&run).unwrap();
+        std::fs::write(
+            exp.join("experiment.toml"),
+            "preset = \"tiny\"\nvariants = [\"baseline\", \"ddl\"]\nseeds = [1, 2]\nsteps = 3\n",
+        )
+        .unwrap();
+        std::fs::write(run.join("metrics.jsonl"), "{\"step\":1,\"loss\":4.0}\n").unwrap();
+        let o = PlotOptions {
+            runs: vec![exp.clone()],
+            out: dir.join("p.png"),
+            metric: Metric::Train,
+            x: XAxis::Step,
+            smooth: 1,
+        };
+        let ends = plot_runs(&o).unwrap();
+        let left: Vec<String> =
+            ends.left_out.iter().map(|(r, _)| r.file_name().unwrap().to_string_lossy().into_owned()).collect();
+        assert_eq!(left, ["baseline-seed2", "ddl-seed1", "ddl-seed2"]);
+        let t = ends_text(&ends);
+        assert!(
+            t.contains(&format!("left out: {}: not started (no folder yet)", exp.join("runs/ddl-seed1").display())),
+            "{t}"
+        );
         std::fs::remove_dir_all(&dir).ok();
     }
 }

@@ -47,7 +47,7 @@ pub enum CheckpointError {
          folders)"
     )]
     MissingDir(PathBuf),
-    #[error("'{0}' is a file, not a checkpoint folder: give the run's folder (the one that holds model.safetensors)")]
+    #[error("'{0}' is a file, not a checkpoint folder: {give}", give = folder_of_file(.0))]
     NotADir(PathBuf),
     #[error("checkpoint file '{0}' is missing{runs}", runs = runs_inside(.0))]
     MissingFile(PathBuf),
@@ -643,9 +643,38 @@ fn parse_two(path: &Path, bytes: &[u8], layout: &Layout, m: &mut [f32], v: &mut 
     Ok(())
 }
 
+/// What to give for a file given as a checkpoint: the folder that holds it where it is one of a
+/// checkpoint's files (`RUN/model.safetensors`, as `ls` shows it), else a run's folder.
+fn folder_of_file(file: &Path) -> String {
+    let own = [MODEL_FILE, "optim.safetensors", "config.toml", "data.json", "metrics.jsonl"];
+    match file.parent() {
+        Some(dir)
+            if file.file_name().is_some_and(|n| own.iter().any(|f| n == *f)) && dir.join(MODEL_FILE).is_file() =>
+        {
+            let dir = if dir.as_os_str().is_empty() { Path::new(".") } else { dir };
+            format!("give the folder that holds it, '{}'", dir.display())
+        }
+        _ => "give the run's folder (the one that holds model.safetensors)".into(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A checkpoint's own file given for its folder names the folder to give (it said "the run's
+    /// folder" without naming it).
+    #[test]
+    fn a_checkpoints_file_given_for_its_folder_names_the_folder() {
+        let root = crate::testing::scratch_dir("checkpoint-file-given");
+        std::fs::write(root.join(MODEL_FILE), "").unwrap();
+        std::fs::write(root.join("notes.txt"), "").unwrap();
+        let e = CheckpointError::NotADir(root.join(MODEL_FILE)).to_string();
+        assert!(e.contains(&format!("give the folder that holds it, '{}'", root.display())), "{e}");
+        let e = CheckpointError::NotADir(root.join("notes.txt")).to_string();
+        assert!(e.contains("give the run's folder (the one that holds model.safetensors)"), "{e}");
+        std::fs::remove_dir_all(&root).ok();
+    }
 
     /// The message for a folder without a checkpoint, as `ddl eval/generate/info --checkpoint DIR` print it.
     fn missing_in(dir: &Path) -> String {
@@ -676,6 +705,17 @@ mod tests {
         assert!(e.contains("saved no checkpoint") && e.contains("--overwrite"), "{e}");
         let e = missing_in(&run.join(KEPT_DIR));
         assert!(e.contains("kept checkpoints, and none is in it") && e.contains(&run.display().to_string()), "{e}");
+        // With kept checkpoints in it: they are named as the run's checkpoints, not as runs.
+        let kept = run.join(KEPT_DIR).join("step-00000002");
+        std::fs::create_dir_all(&kept).unwrap();
+        std::fs::write(kept.join(MODEL_FILE), "").unwrap();
+        let e = missing_in(&run.join(KEPT_DIR));
+        assert!(
+            e.contains(&format!("holds the kept checkpoints of the run in '{}' (step-00000002)", run.display())),
+            "{e}"
+        );
+        assert!(e.contains("or the run's folder") && !e.contains("holds runs"), "{e}");
+        std::fs::remove_dir_all(&kept).unwrap();
 
         // A live process of this host holds the folder (this process's own lock counts as stale).
         let lock = format!("1 {}\n", super::super::lock::host_name());

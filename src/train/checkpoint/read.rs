@@ -45,6 +45,17 @@ pub(super) fn runs_inside(missing: &Path) -> String {
             dir.parent().unwrap_or(&dir).display(),
             dir.display()
         ),
+        // A run's checkpoints/ holds checkpoints, not runs (it said "holds runs in its folders").
+        false if dir.file_name().is_some_and(|n| n == KEPT_DIR) && dir.parent().is_some_and(is_run) => {
+            let run = dir.parent().unwrap_or(&dir).display().to_string();
+            return format!(
+                "; '{}' holds the kept checkpoints of the run in '{run}' ({}{more}): give one of them, e.g. '{}', or \
+                 the run's folder '{run}' for its latest",
+                dir.display(),
+                runs.join(", "),
+                dir.join(&runs[0]).display()
+            );
+        }
         false => format!("'{}' holds runs in its folders", dir.display()),
     };
     format!("; {holds} ({}{more}): give one of them, e.g. '{}'", runs.join(", "), dir.join(&runs[0]).display())
