@@ -154,7 +154,11 @@ fn checkpoint_problems_are_clear_errors() {
     assert!(t.contains("set DDL_CACHE_DIR to a writable folder") && !t.contains("restore the data"), "{t}");
 
     fails_gen(&dir, &dir.join("nope"), &["nope", "does not exist: give a run's folder (`ddl train --out`"]);
-    fails_gen(&dir, &ck.join("model.safetensors"), &["model.safetensors", "is a file", "run's folder"]);
+    fails_gen(
+        &dir,
+        &ck.join("model.safetensors"),
+        &["model.safetensors", "is a file", "give the folder that holds it"],
+    );
     // As --init-from: the remedy said once (it was said twice, in two parentheses).
     let small = ddl::testing::small_corpus(&dir);
     let out = dir.join("init-out").display().to_string();

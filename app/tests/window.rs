@@ -269,7 +269,10 @@ fn bad_automation_flags_are_refused_before_the_window_opens() {
     refused(&["--checkpoint", dir.to_str().unwrap()], "holds no model.safetensors");
     // The checkpoint's model file given for its folder (it was refused once the window was open).
     let file = std::path::Path::new(ck).join("model.safetensors");
-    refused(&["--checkpoint", file.to_str().unwrap()], "is a file, not a checkpoint folder: give the run's folder");
+    refused(
+        &["--checkpoint", file.to_str().unwrap()],
+        "is a file, not a checkpoint folder: give the folder that holds it",
+    );
     refused(&["--checkpoint", ck, "--generate", "3", "--prompt", ""], "--prompt is empty");
     // A character the char model never saw is named before the window, as `ddl generate` does.
     refused(&["--checkpoint", ck, "--generate", "3", "--prompt", "ROMEO: ☃"], "'☃'");
