@@ -154,10 +154,8 @@ pub fn check_out(spec: &ExperimentSpec, out: &Path) -> Result<(), ExperimentErro
 
 /// How many of the spec's runs have trained in `out` (their metrics or checkpoint).
 fn trained_spec_runs(spec: &ExperimentSpec, out: &Path) -> usize {
-    let Ok(variants) = spec.variant_list() else { return 0 };
-    variants
-        .iter()
-        .flat_map(|&v| spec.seeds_of(v).into_iter().map(move |seed| out.join("runs").join(run_name(v, seed))))
+    spec.run_dirs(out)
+        .into_iter()
         .filter(|d| ["metrics.jsonl", checkpoint::MODEL_FILE].iter().any(|f| d.join(f).exists()))
         .count()
 }

@@ -5,7 +5,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use super::ExperimentError;
+use super::{ExperimentError, run_name};
 use crate::model::Variant;
 use crate::train::RunConfig;
 
@@ -316,19 +316,18 @@ impl ExperimentSpec {
     fn resolve_epochs(&mut self, epochs: f64) -> Result<(), String> {
         let v = self.variant_list()?.first().copied();
         let probe = ExperimentSpec { steps: 1 << 40, ..self.clone() };
-        let (Some(per_step), Some(run)) = (
-            self.tokens_per_step(),
-            v.and_then(|v| probe.run_config(v, self.seeds.first().copied().unwrap_or(1)).ok()),
-        ) else {
+        // (The run settings [`Self::tokens_per_step`] reads its batch from.)
+        let Some(run) = v.and_then(|v| probe.run_config(v, self.seeds.first().copied().unwrap_or(1)).ok()) else {
             // (A setting that does not resolve: said by the spec's run checks, by variant.)
             if self.steps == 0 {
                 self.steps = 1 << 40;
             }
             return Ok(());
         };
+        let per_step = run.train.tokens_per_step();
         let train = crate::train::data::train_tokens(&run, None, false)
             .map_err(|e| format!("epochs = {epochs}: the training split could not be counted: {e}"))?;
-        let steps = ((epochs * train as f64 / per_step as f64).ceil() as usize).max(1);
+        let steps = crate::train::data::epoch_steps(epochs, train, per_step);
         if self.steps != 0 && self.steps != steps {
             return Err(format!(
                 "steps = {} and epochs = {epochs} disagree: {epochs} × the training split's {} tokens are {} of {} \
@@ -353,25 +352,38 @@ impl ExperimentSpec {
         Some(probe.run_config(v, self.seeds.first().copied().unwrap_or(1)).ok()?.train.tokens_per_step())
     }
 
+    /// The folders of the spec's runs in the grid `out` (`out/runs/VARIANT-seedS`, every variant's
+    /// seeds; none where the variants do not read).
+    pub fn run_dirs(&self, out: &Path) -> Vec<std::path::PathBuf> {
+        let variants = self.variant_list().unwrap_or_default();
+        variants
+            .iter()
+            .flat_map(|&v| self.seeds_of(v).into_iter().map(move |seed| out.join("runs").join(run_name(v, seed))))
+            .collect()
+    }
+
     /// The runs' length as the grid says it: "250 steps", or "153 steps (tokens = 5M, 32.8 k a step)".
     pub fn length_words(&self) -> String {
         let steps = crate::plural(self.steps, "step");
-        match (self.tokens, self.epochs, self.tokens_per_step()) {
-            (Some(t), _, Some(per)) => format!(
-                "{steps} (tokens = {}, {} a step)",
-                crate::train::cache::count(t),
-                crate::train::cache::count(per)
-            ),
-            (_, Some(e), Some(per)) => match self.split_tokens {
-                Some(split) => format!(
-                    "{steps} (epochs = {e} of the training split's {} tokens, {} a step)",
-                    crate::train::cache::count(split),
-                    crate::train::cache::count(per)
-                ),
-                // (A grid's copy read as it is, not counted again.)
-                None => format!("{steps} (epochs = {e}, {} a step)", crate::train::cache::count(per)),
-            },
-            _ => steps,
+        match self.length_given() {
+            Some(given) => format!("{steps} ({given})"),
+            None => steps,
+        }
+    }
+
+    /// How the spec gives the runs' length where not in steps: "tokens = 5M, 32.8 k a step",
+    /// "epochs = 1 of the training split's 18.0 k tokens, 768 a step" (without the split's size
+    /// in a grid's copy read as it is, not counted again).
+    pub fn length_given(&self) -> Option<String> {
+        let per = crate::train::cache::count(self.tokens_per_step()?);
+        match (self.tokens, self.epochs, self.split_tokens) {
+            (Some(t), _, _) => Some(format!("tokens = {}, {per} a step", crate::train::cache::count(t))),
+            (_, Some(e), Some(split)) => Some(format!(
+                "epochs = {e} of the training split's {} tokens, {per} a step",
+                crate::train::cache::count(split)
+            )),
+            (_, Some(e), None) => Some(format!("epochs = {e}, {per} a step")),
+            _ => None,
         }
     }
 

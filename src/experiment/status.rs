@@ -60,9 +60,10 @@ pub struct ExperimentInfo {
     pub description: Option<String>,
     pub preset: Option<String>,
     pub steps: Option<usize>,
-    /// The runs' length as the spec gives it ("5 steps", "5 steps (epochs = 0.2 of …)"), for the text.
+    /// How the spec gives the runs' length where not in steps ("epochs = 0.2, 768 a step"), for
+    /// the text.
     #[serde(skip)]
-    pub length: Option<String>,
+    pub length_given: Option<String>,
     /// Why the spec could not be read, when it is there.
     pub spec_problem: Option<String>,
     pub runs: Vec<RunStatus>,
@@ -178,7 +179,7 @@ pub fn describe(dir: &Path) -> Result<ExperimentInfo, ExperimentError> {
         description: spec.as_ref().map(|s| s.description.clone()),
         preset: spec.as_ref().map(|s| s.preset.clone()),
         steps: spec.as_ref().map(|s| s.steps),
-        length: spec.as_ref().map(|s| s.length_words()),
+        length_given: spec.as_ref().and_then(|s| s.length_given()),
         spec_problem,
         runs,
         variants,
@@ -201,8 +202,7 @@ impl ExperimentInfo {
                 out.push(format!(
                     "{p}: the experiment{title}, preset {preset}, {} a run{}; {finished} of {} finished",
                     crate::plural(steps, "step"),
-                    // (How the spec gave them: "(tokens = 5M, …)", "(epochs = 1, …)".)
-                    self.length.as_deref().and_then(|l| l.find(" (").map(|i| &l[i..])).unwrap_or(""),
+                    self.length_given.as_ref().map_or(String::new(), |g| format!(" ({g})")),
                     crate::plural(self.runs.iter().filter(|r| r.state != "not in the spec").count(), "run")
                 ));
                 if let Some(d) = self.description.as_ref().filter(|d| !d.trim().is_empty()) {
@@ -321,7 +321,7 @@ mod tests {
             description: None,
             preset: Some("tiny".into()),
             steps: Some(4),
-            length: None,
+            length_given: None,
             spec_problem: None,
             runs: states
                 .iter()

@@ -187,13 +187,7 @@ fn unstarted_runs(dir: &Path) -> Vec<PathBuf> {
         .ok()
         .and_then(|t| toml::from_str::<crate::experiment::ExperimentSpec>(&t).ok());
     let Some(spec) = spec else { return Vec::new() };
-    let variants = spec.variant_list().unwrap_or_default();
-    variants
-        .iter()
-        .flat_map(|&v| spec.seeds_of(v).into_iter().map(move |s| crate::experiment::run_name(v, s)))
-        .map(|name| dir.join("runs").join(name))
-        .filter(|run| !run.exists())
-        .collect()
+    spec.run_dirs(dir).into_iter().filter(|run| !run.exists()).collect()
 }
 
 /// One run's curves keyed by step (before the x axis maps them), and where it ended.
@@ -304,11 +298,8 @@ fn read_run(
         let go_on = if training { "it is training now" } else { "`ddl train --resume RUN` goes on" };
         // (A finished run whose metrics.jsonl lost the final evaluation its summary.json holds: a
         // copy cut short. `--resume` makes it again.)
-        let lost = !training
-            && super::checkpoint::saved_step(run).is_ok_and(|step| {
-                super::finished_summary(run, step).is_some_and(|(_, from_metrics)| !from_metrics)
-                    && !super::final_evaluation_logged(run, step)
-            });
+        let lost =
+            !training && super::checkpoint::saved_step(run).is_ok_and(|step| super::final_evaluation_lost(run, step));
         let val_why = match eval_every {
             _ if lost => {
                 "no evaluation in its metrics.jsonl, though its summary.json holds the final one (the file was \

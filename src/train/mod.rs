@@ -317,12 +317,13 @@ pub fn finished_summary(dir: &Path, step: usize) -> Option<(Summary, bool)> {
     summary(&row, Some(whole)).map(|s| (s, true))
 }
 
-/// Whether `dir/metrics.jsonl` holds the final evaluation of `step` (a finished run's
-/// `summary.json` can hold one its metrics.jsonl lost: the file cut short in a copy, or replaced),
-/// which the curves (`ddl plot`, loss.png) draw from.
+/// Whether the run in `dir`, finished at `step`, lost from `metrics.jsonl` the final evaluation
+/// its `summary.json` holds (the file cut short in a copy, or replaced): the curves (`ddl plot`,
+/// loss.png) draw from metrics.jsonl, and `--resume` makes the evaluation again.
 #[cfg(feature = "native")]
-pub fn final_evaluation_logged(dir: &Path, step: usize) -> bool {
-    final_evaluation_row(dir, step).is_some()
+pub fn final_evaluation_lost(dir: &Path, step: usize) -> bool {
+    finished_summary(dir, step).is_some_and(|(_, from_metrics)| !from_metrics)
+        && final_evaluation_row(dir, step).is_none()
 }
 
 /// The last row of `out/metrics.jsonl` holding the final evaluation (over the whole validation

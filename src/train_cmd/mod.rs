@@ -565,7 +565,7 @@ pub(crate) fn train(dev: &DeviceArgs, a: TrainArgs) -> Result<()> {
         }
         (None, Some(epochs)) => {
             let train = ddl::train::data::train_tokens(&run, from.as_deref(), !a.dry_run)?;
-            let steps = ((epochs * train as f64 / per_step as f64).ceil() as usize).max(1);
+            let steps = ddl::train::data::epoch_steps(epochs, train, per_step);
             by_epochs = Some(steps as f64 * per_step as f64 / train as f64);
             let split = format!("{epochs} × the training split's {} tokens", ddl::train::describe::count(train));
             Some((steps, format!("--epochs {epochs}"), split))
@@ -639,11 +639,7 @@ pub(crate) fn train(dev: &DeviceArgs, a: TrainArgs) -> Result<()> {
         // cut short, a torn last line) is resumed to make it again (nothing trained), so that its
         // curves have it: `ddl plot` sends such a run to `--resume`. (Under MPI too: the ranks
         // evaluate together.)
-        if let Some((_, false)) = &done
-            && at == steps
-            && branch.is_none()
-            && !ddl::train::final_evaluation_logged(src, at)
-        {
+        if at == steps && branch.is_none() && ddl::train::final_evaluation_lost(src, at) {
             if launched_rank() == 0 {
                 eprintln!(
                     "note: {} lacks the final evaluation of step {at} that summary.json holds (the file was cut short \

@@ -372,6 +372,13 @@ fn corpus_meta(
     meta
 }
 
+/// The steps in which a run of `per_step` tokens a step has made `epochs` passes over a training
+/// split of `train_tokens` (rounded up, at least 1): `ddl train --epochs`, an experiment spec's
+/// `epochs`.
+pub fn epoch_steps(epochs: f64, train_tokens: u64, per_step: u64) -> usize {
+    ((epochs * train_tokens as f64 / per_step as f64).ceil() as usize).max(1)
+}
+
 /// The training split's tokens of the data `run` trains on (`ddl train --epochs`): counted as
 /// [`preview`] counts them (shards' headers, the corpus's cached set), else the corpus tokenised
 /// into its cached set now, as the run would (`write_cache`; a dry run tokenises into a
