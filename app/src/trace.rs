@@ -424,9 +424,7 @@ impl TraceData {
         // `\xE2`, where its text alone is "�": from the summary's `bytes`, where it has them.)
         let token_text = |x: &serde_json::Value| -> String {
             let text = x["text"].as_str().unwrap_or("");
-            let bytes: Vec<u8> = x["bytes"]
-                .as_array()
-                .map_or(Vec::new(), |b| b.iter().filter_map(|b| b.as_u64()).map(|b| b as u8).collect());
+            let bytes = summary_bytes(x);
             match std::str::from_utf8(&bytes) {
                 Err(_) if !bytes.is_empty() => {
                     let shown = ddl::generate::shown_token(text, &bytes);
@@ -518,16 +516,13 @@ impl TraceData {
         let (top_ids, top_lp) = (optional("top_ids", t * n_top), optional("top_logprob", t * n_top));
         // (Each alternative's text and bytes; traces made before the bytes were recorded have none.)
         let top_texts = |i: usize| -> Vec<(String, Vec<u8>)> {
-            let bytes = |x: &serde_json::Value| -> Vec<u8> {
-                x["bytes"]
-                    .as_array()
-                    .map_or(Vec::new(), |b| b.iter().filter_map(|b| b.as_u64()).map(|b| b as u8).collect())
-            };
             summary
                 .as_ref()
                 .ok()
                 .and_then(|j| j["tokens"][i]["top"].as_array().cloned())
-                .map(|a| a.iter().map(|x| (x["text"].as_str().unwrap_or_default().to_string(), bytes(x))).collect())
+                .map(|a| {
+                    a.iter().map(|x| (x["text"].as_str().unwrap_or_default().to_string(), summary_bytes(x))).collect()
+                })
                 .unwrap_or_default()
         };
         let score_of = |i: usize, id: u32| -> Option<ddl::generate::TokenScore> {
@@ -548,7 +543,7 @@ impl TraceData {
                 _ => Vec::new(),
             };
             let text = texts.get(i).cloned().unwrap_or_else(|| format!("#{id}"));
-            // (The token's bytes are not in the trace: its text says it.)
+            // (The token's bytes: its text, read above, shows them where they are part of a character.)
             Some(ddl::generate::TokenScore {
                 id,
                 text,
@@ -660,6 +655,12 @@ pub fn cosine(a: &[f32], b: &[f32]) -> f64 {
 
 pub fn norm(a: &[f32]) -> f64 {
     a.iter().map(|&x| x as f64 * x as f64).sum::<f64>().sqrt()
+}
+
+/// A token's (or an alternative's) `bytes` in a trace's summary; none in a trace made before they
+/// were recorded.
+fn summary_bytes(x: &serde_json::Value) -> Vec<u8> {
+    x["bytes"].as_array().map_or(Vec::new(), |b| b.iter().filter_map(|b| b.as_u64()).map(|b| b as u8).collect())
 }
 
 /// How a token's text shows on a chip: whitespace made visible.
